@@ -1,0 +1,179 @@
+"""Database access: DSN parsing, connections, the CALL helper and the one DB-error mapping.
+
+Every state change in Orbit is a stored procedure call made through :meth:`Database.call`.
+Procedures raise ``SIGNAL SQLSTATE '45000'`` with ``MESSAGE_TEXT = 'CODE: message'``; that is
+MySQL error 1644, mapped here to the :mod:`orbit_shell.errors` class of that code. Deadlocks and
+lock-wait timeouts roll the procedure back entirely (its EXIT HANDLER), so the call is retried
+whole, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+import pymysql
+import pymysql.cursors
+
+from . import errors
+
+log = logging.getLogger("orbit.db")
+
+ER_SIGNAL_EXCEPTION = 1644
+ER_LOCK_DEADLOCK = 1213
+ER_LOCK_WAIT_TIMEOUT = 1205
+RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
+# Client-side codes for "no server" / "connection lost": CR_CONN_HOST_ERROR, CR_SERVER_GONE,
+# CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED (+ ER_CON_COUNT_ERROR, server shutdown in progress).
+CONNECTION_ERRORS = {2003, 2006, 2013, 2055, 1040, 1053, 1927}
+DEADLOCK_RETRIES = 5
+
+
+def parse_dsn(dsn: str) -> dict[str, Any]:
+    """Turn ``mysql://user:password@host:port/database?unix_socket=PATH`` into pymysql kwargs.
+
+    Raises:
+        ValueError: when the URL is not a mysql:// URL with a database.
+    """
+    url = urlparse(dsn)
+    if url.scheme != "mysql" or not url.path.strip("/"):
+        raise ValueError("ORBIT_MYSQL_DSN must look like mysql://user:password@host:port/database")
+    kwargs: dict[str, Any] = {
+        "host": url.hostname or "127.0.0.1",
+        "port": url.port or 3306,
+        "user": unquote(url.username or "root"),
+        "password": unquote(url.password or ""),
+        "database": url.path.strip("/"),
+    }
+    params = parse_qs(url.query)
+    if "unix_socket" in params:
+        kwargs["unix_socket"] = params["unix_socket"][0]
+    return kwargs
+
+
+def connect(dsn: str, **overrides: Any) -> pymysql.connections.Connection:
+    """Open one autocommit utf8mb4 connection whose session clock is UTC."""
+    kwargs = parse_dsn(dsn)
+    kwargs.update(
+        charset="utf8mb4",
+        autocommit=True,
+        cursorclass=pymysql.cursors.DictCursor,
+        init_command="SET time_zone = '+00:00'",
+        connect_timeout=5,
+    )
+    kwargs.update(overrides)
+    return pymysql.connect(**kwargs)
+
+
+def map_error(exc: pymysql.MySQLError) -> errors.OrbitError | None:
+    """Translate a pymysql error into an OrbitError; None for deadlock-class errors."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    if code == ER_SIGNAL_EXCEPTION:
+        text = str(exc.args[1]) if len(exc.args) > 1 else ""
+        name, _, message = text.partition(":")
+        cls = errors.BY_CODE.get(name.strip())
+        if cls is None:
+            return errors.Internal()
+        return cls(message.strip() or None)
+    if code in RETRYABLE:
+        return None
+    if code in CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):
+        return errors.Unavailable("database unavailable")
+    return errors.Internal()
+
+
+class Database:
+    """A small thread-safe connection pool with the procedure CALL helper."""
+
+    def __init__(self, dsn: str, pool_size: int = 8, sleep=time.sleep) -> None:
+        self.dsn = dsn
+        self._idle: queue.LifoQueue[pymysql.connections.Connection] = queue.LifoQueue(pool_size)
+        self._sleep = sleep
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[pymysql.connections.Connection]:
+        """Lend a pooled connection; a connection that failed is closed, not returned."""
+        try:
+            conn = self._idle.get_nowait()
+        except queue.Empty:
+            try:
+                conn = connect(self.dsn)
+            except pymysql.MySQLError as exc:
+                log.warning("connect failed: %s", exc, extra={"action": "db.connect"})
+                raise errors.Unavailable("database unavailable") from exc
+        ok = False
+        try:
+            yield conn
+            ok = True
+        finally:
+            if ok and conn.open:
+                try:
+                    self._idle.put_nowait(conn)
+                except queue.Full:
+                    conn.close()
+            else:
+                with contextlib.suppress(Exception):
+                    conn.close()
+
+    def call(self, procedure: str, *args: Any) -> list[list[dict[str, Any]]]:
+        """CALL a procedure and return all its result sets (deadlocks retried whole).
+
+        Raises:
+            OrbitError: the error the procedure signalled, UNAVAILABLE when the database cannot
+                be reached, INTERNAL for anything unexpected.
+        """
+        placeholders = ", ".join(["%s"] * len(args))
+        sql = f"CALL {procedure}({placeholders})"
+        for attempt in range(DEADLOCK_RETRIES + 1):
+            try:
+                with self.connection() as conn, conn.cursor() as cur:
+                    cur.execute(sql, args)
+                    # A CALL returns one result set per SELECT plus a final status; drain them
+                    # all or the next statement on this connection fails.
+                    sets = []
+                    while True:
+                        if cur.description is not None:
+                            sets.append(list(cur.fetchall()))
+                        if not cur.nextset():
+                            return sets
+            except pymysql.MySQLError as exc:
+                mapped = map_error(exc)
+                if mapped is None and attempt < DEADLOCK_RETRIES:
+                    log.info(
+                        "retrying %s after %s", procedure, exc.args[0],
+                        extra={"action": "db.retry", "procedure": procedure},
+                    )
+                    self._sleep(random.uniform(0.001, 0.01) * (attempt + 1))
+                    continue
+                if mapped is None:
+                    raise errors.Unavailable("database busy; retry later") from exc
+                if isinstance(mapped, errors.Internal):
+                    log.error("procedure %s failed: %r", procedure, exc,
+                              extra={"action": "db.error", "procedure": procedure})
+                raise mapped from exc
+        raise AssertionError("unreachable")
+
+    def query(self, sql: str, args: Any = None) -> list[dict[str, Any]]:
+        """Run one read-only SELECT."""
+        try:
+            with self.connection() as conn, conn.cursor() as cur:
+                cur.execute(sql, args)
+                return list(cur.fetchall())
+        except pymysql.MySQLError as exc:
+            mapped = map_error(exc) or errors.Unavailable("database busy; retry later")
+            if isinstance(mapped, errors.Internal):
+                log.error("query failed: %r", exc, extra={"action": "db.error"})
+            raise mapped from exc
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return

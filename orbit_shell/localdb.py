@@ -1,0 +1,259 @@
+"""A private MariaDB server for the scenario and the tests.
+
+This is the one module that knows how to find, install and run a throw-away MariaDB: its own data
+directory and port under the project's scratch folder, stopped afterwards. It is used only when
+``ORBIT_MYSQL_DSN`` is not set. The pytest fixtures ask it for the binaries (installing them when
+missing) and hand them to pytest-mysql's ``mysql_proc``.
+
+Command line (used by ``scripts/scenario``)::
+
+    python -m orbit_shell.localdb ensure            # binaries present (apt when root), prints paths
+    python -m orbit_shell.localdb start DIR         # prints the DSN of a fresh server in DIR
+    python -m orbit_shell.localdb stop DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+APT_PACKAGES = ("mariadb-server", "mariadb-client")
+DATABASE = "orbit"
+
+# Server options shared by the scenario and the tests. ROW binlog format is what the claim
+# path's READ COMMITTED + SKIP LOCKED needs if binary logging is ever switched on.
+SERVER_OPTIONS = (
+    "--character-set-server=utf8mb4",
+    "--collation-server=utf8mb4_bin",
+    "--binlog-format=ROW",
+    "--max-connections=500",
+    "--innodb-buffer-pool-size=256M",
+)
+
+
+class LocalDbError(RuntimeError):
+    """The private database could not be provided; the message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Binaries:
+    """Paths of the MariaDB programs a private server needs."""
+
+    mysqld: str
+    mysqld_safe: str
+    install_db: str
+    admin: str
+
+
+def _which(*names: str) -> str | None:
+    for name in names:
+        path = shutil.which(name) or next(
+            (str(p) for d in ("/usr/sbin", "/usr/bin") if (p := Path(d, name)).exists()), None
+        )
+        if path:
+            return path
+    return None
+
+
+def find_binaries() -> Binaries | None:
+    """Return the server binaries, or None when any of them is missing."""
+    found = (
+        _which("mariadbd", "mysqld"),
+        _which("mariadbd-safe", "mysqld_safe"),
+        _which("mariadb-install-db", "mysql_install_db"),
+        _which("mariadb-admin", "mysqladmin"),
+    )
+    if None in found:
+        return None
+    return Binaries(*found)  # type: ignore[arg-type]
+
+
+def ensure_binaries() -> Binaries:
+    """Return the binaries, installing MariaDB with apt when missing and running as root.
+
+    Raises:
+        LocalDbError: when the server is missing and cannot be installed from here.
+    """
+    found = find_binaries()
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise LocalDbError(
+            "MariaDB server not found. Install it (Debian: `sudo apt-get install -y "
+            + " ".join(APT_PACKAGES)
+            + "`) or set ORBIT_MYSQL_DSN to an existing MySQL 8.0+/MariaDB 10.6+ database."
+        )
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    print("orbit: installing " + " ".join(APT_PACKAGES) + " with apt-get", file=sys.stderr)
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=sys.stderr)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *APT_PACKAGES],
+        check=True,
+        env=env,
+        stdout=sys.stderr,
+    )
+    found = find_binaries()
+    if not found:
+        raise LocalDbError("apt-get installed MariaDB but its binaries were not found on PATH")
+    return found
+
+
+def free_port() -> int:
+    """Ask the kernel for a free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PrivateServer:
+    """A MariaDB server in its own directory, reachable on a unix socket and 127.0.0.1."""
+
+    def __init__(self, directory: Path, binaries: Binaries) -> None:
+        self.directory = directory.resolve()
+        self.binaries = binaries
+        self.datadir = self.directory / "data"
+        self.socket = self.directory / "mysqld.sock"
+        self.pidfile = self.directory / "mysqld.pid"
+        self.logfile = self.directory / "mysqld.log"
+        self.portfile = self.directory / "port"
+
+    def dsn(self) -> str:
+        port = int(self.portfile.read_text())
+        return f"mysql://root@127.0.0.1:{port}/{DATABASE}?unix_socket={self.socket}"
+
+    def start(self, timeout: float = 60.0) -> str:
+        """Initialise (first time) and start the server; return its DSN."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if self.running():
+            return self.dsn()
+        user = ["--user=root"] if os.geteuid() == 0 else []
+        if not (self.datadir / "mysql").exists():
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            subprocess.run(
+                [
+                    self.binaries.install_db,
+                    "--no-defaults",
+                    f"--datadir={self.datadir}",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                    *user,
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        port = free_port()
+        self.portfile.write_text(str(port))
+        subprocess.Popen(
+            [
+                self.binaries.mysqld,
+                "--no-defaults",
+                f"--datadir={self.datadir}",
+                f"--socket={self.socket}",
+                f"--pid-file={self.pidfile}",
+                f"--log-error={self.logfile}",
+                f"--port={port}",
+                "--bind-address=127.0.0.1",
+                *user,
+                *SERVER_OPTIONS,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.socket.exists() and self._ping():
+                self._create_database()
+                return self.dsn()
+            time.sleep(0.2)
+        raise LocalDbError(f"private MariaDB did not start within {timeout}s; see {self.logfile}")
+
+    def _ping(self) -> bool:
+        import pymysql
+
+        try:
+            pymysql.connect(unix_socket=str(self.socket), user="root", connect_timeout=2).close()
+            return True
+        except pymysql.MySQLError:
+            return False
+
+    def _create_database(self) -> None:
+        import pymysql
+
+        conn = pymysql.connect(unix_socket=str(self.socket), user="root")
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"CREATE DATABASE IF NOT EXISTS `{DATABASE}` "
+                    "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                )
+        finally:
+            conn.close()
+
+    def running(self) -> bool:
+        pid = self._pid()
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return self._ping()
+
+    def _pid(self) -> int | None:
+        try:
+            return int(self.pidfile.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after ``timeout``); keep its data."""
+        pid = self._pid()
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        os.kill(pid, signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orbit_shell.localdb", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("ensure", help="make sure the MariaDB binaries are installed")
+    for name in ("start", "stop"):
+        sub.add_parser(name).add_argument("directory", type=Path)
+    args = parser.parse_args(argv)
+    try:
+        binaries = ensure_binaries()
+        if args.command == "ensure":
+            print(dataclasses.asdict(binaries))
+        elif args.command == "start":
+            print(PrivateServer(args.directory, binaries).start())
+        else:
+            PrivateServer(args.directory, binaries).stop()
+    except (LocalDbError, subprocess.CalledProcessError) as exc:
+        print(f"orbit: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

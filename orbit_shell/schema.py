@@ -1,0 +1,155 @@
+"""Schema management: yoyo migrations, routine installation and the version check.
+
+Migrations (``sql/migrations``) are plain DDL/DML applied by yoyo. Routines (``sql/procedures``,
+one per file, file stem = routine name) are (re)installed after every ``up``, because yoyo runs
+hooks only when a migration was pending. The digest of the installed routine files is kept in
+``orbit_meta`` so a server can refuse a database whose schema or routines are not the ones it
+ships (K11).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymysql
+
+from . import db
+
+SQL_DIR = Path(os.environ.get("ORBIT_SQL_DIR", Path(__file__).resolve().parent.parent / "sql"))
+MIGRATIONS_DIR = SQL_DIR / "migrations"
+PROCEDURES_DIR = SQL_DIR / "procedures"
+ROUTINE_RE = re.compile(r"^\s*CREATE\s+(PROCEDURE|FUNCTION)\s+`?(\w+)`?", re.I | re.M)
+
+
+class SchemaMismatch(RuntimeError):
+    """The database schema is not the version this code expects."""
+
+
+@dataclass(frozen=True)
+class Routine:
+    name: str
+    kind: str  # PROCEDURE or FUNCTION
+    body: str
+
+
+def migration_ids() -> list[str]:
+    """Ids of the migrations this code ships, in order."""
+    return sorted(p.stem for p in MIGRATIONS_DIR.glob("*.sql"))
+
+
+def routines() -> list[Routine]:
+    """The routines in ``sql/procedures``; each file must hold one routine named like the file."""
+    found = []
+    for path in sorted(PROCEDURES_DIR.glob("*.sql")):
+        text = path.read_text(encoding="utf-8")
+        matches = ROUTINE_RE.findall(text)
+        if len(matches) != 1 or matches[0][1] != path.stem:
+            raise SchemaMismatch(f"{path} must hold exactly one routine named {path.stem}")
+        found.append(Routine(path.stem, matches[0][0].upper(), text))
+    return found
+
+
+def routines_digest() -> str:
+    """SHA-256 over every routine file (name and text), the routine-set version."""
+    digest = hashlib.sha256()
+    for routine in routines():
+        digest.update(routine.name.encode() + b"\0" + routine.body.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _backend(dsn: str):
+    from yoyo import get_backend
+
+    return get_backend(dsn)
+
+
+def _migrations():
+    from yoyo import read_migrations
+
+    return read_migrations(str(MIGRATIONS_DIR))
+
+
+def status(dsn: str) -> list[tuple[str, bool]]:
+    """Return ``(migration id, applied?)`` for every shipped migration."""
+    backend = _backend(dsn)
+    return [(m.id, backend.is_applied(m)) for m in _migrations()]
+
+
+def apply(dsn: str, until: str | None = None, install: bool = True) -> list[str]:
+    """Apply pending migrations (up to and including ``until``), then install the routines.
+
+    Returns:
+        The ids of the migrations applied by this call.
+    """
+    backend = _backend(dsn)
+    migrations = _migrations()
+    if until is not None:
+        migrations = migrations.filter(lambda m: m.id <= until)
+    pending = backend.to_apply(migrations)
+    with backend.lock():
+        backend.apply_migrations(pending)
+    if install:
+        install_routines(dsn)
+    return [m.id for m in pending]
+
+
+def install_routines(dsn: str) -> int:
+    """Drop and re-create every routine, then record the digest; harmless to repeat."""
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            for routine in routines():
+                cur.execute(f"DROP {routine.kind} IF EXISTS `{routine.name}`")
+                cur.execute(routine.body)
+            cur.execute(
+                "INSERT INTO orbit_meta (meta_key, meta_value, updated_at) "
+                "VALUES ('routines_digest', %s, UTC_TIMESTAMP(6)) "
+                "ON DUPLICATE KEY UPDATE meta_value = VALUES(meta_value), updated_at = VALUES(updated_at)",
+                (routines_digest(),),
+            )
+        return len(routines())
+    finally:
+        conn.close()
+
+
+def check(dsn: str) -> None:
+    """Raise SchemaMismatch unless the database is exactly at the version this code ships.
+
+    Raises:
+        SchemaMismatch: with a message that says whether the database is older or newer.
+    """
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            try:
+                cur.execute("SELECT migration_id FROM _yoyo_migration")
+                applied = {row["migration_id"] for row in cur.fetchall()}
+                cur.execute("SELECT meta_value FROM orbit_meta WHERE meta_key = 'routines_digest'")
+                row = cur.fetchone()
+            except pymysql.err.ProgrammingError as exc:
+                raise SchemaMismatch(
+                    "database has no Orbit schema; run `orbit-migrate up`"
+                ) from exc
+    finally:
+        conn.close()
+    expected = set(migration_ids())
+    if applied - expected:
+        raise SchemaMismatch(
+            "database schema is newer than this server (unknown migrations: "
+            + ", ".join(sorted(applied - expected))
+            + "); upgrade the server"
+        )
+    if expected - applied:
+        raise SchemaMismatch(
+            "database schema is older than this server (pending migrations: "
+            + ", ".join(sorted(expected - applied))
+            + "); run `orbit-migrate up`"
+        )
+    if row is None or row["meta_value"] != routines_digest():
+        raise SchemaMismatch(
+            "installed routines differ from this server's; run `orbit-migrate up` with this version"
+        )
