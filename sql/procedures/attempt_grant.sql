@@ -1,0 +1,100 @@
+-- attempt_grant: turn one READY candidate into a LEASED attempt (the body of worker_claim).
+-- Helper inside worker_claim's transaction: the caller holds the application row, the queue
+-- rows and the session row. Sets p_attempt_id to the new attempts.id, or NULL when the task is
+-- not granted (no longer READY, deadline passed, queue permits exhausted, token space
+-- exhausted).
+-- K7: the token is computed only after the key's row lock is held, as the resource's highest
+-- token + 1; at 18446744073709551615 (unsigned 64-bit max) the claim is refused, the task
+-- stays WAITING (parked) and its history records TOKEN_SPACE_EXHAUSTED once. Never wraps.
+-- Locks: tasks row, concurrency_resources row, then inserts attempts and permits rows.
+CREATE PROCEDURE attempt_grant(IN p_task_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
+                               IN p_now DATETIME(6), OUT p_attempt_id BIGINT UNSIGNED)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_lane VARCHAR(10) DEFAULT NULL;
+  DECLARE v_ns BIGINT UNSIGNED;
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_queue BIGINT UNSIGNED;
+  DECLARE v_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+  DECLARE v_deadline DATETIME(6);
+  DECLARE v_number INT UNSIGNED;
+  DECLARE v_q_max INT UNSIGNED;
+  DECLARE v_q_active INT UNSIGNED;
+  DECLARE v_lease INT UNSIGNED;
+  DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_token BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_holder BIGINT UNSIGNED;
+  DECLARE v_candidate BIGINT UNSIGNED;
+  DECLARE v_expires DATETIME(6);
+  DECLARE v_actor VARCHAR(200);
+
+  SET p_attempt_id = NULL;
+  SELECT lane, namespace_id, application_id, queue_id, concurrency_key, deadline_at,
+         attempts_used + 1
+    INTO v_lane, v_ns, v_app, v_queue, v_key, v_deadline, v_number
+    FROM tasks WHERE id = p_task_id FOR UPDATE;
+  SELECT CONCAT('session:', public_id) INTO v_actor FROM worker_sessions WHERE id = p_session_id;
+
+  IF v_lane = 'READY' THEN
+    SELECT max_concurrency, active_attempts, lease_seconds INTO v_q_max, v_q_active, v_lease
+      FROM queues WHERE id = v_queue;
+    IF v_deadline IS NOT NULL AND v_deadline <= p_now THEN
+      CALL task_leave_lane(p_task_id);
+      CALL task_finish(p_task_id, 'DEADLINE_EXCEEDED', NULL, NULL);
+      CALL history_add(p_task_id, v_ns, NULL, NULL, 'DEADLINE_EXCEEDED', 'WAITING',
+                       'DEADLINE_EXCEEDED', 'system:claim', 'deadline passed while waiting');
+    ELSEIF v_q_max IS NULL OR v_q_active < v_q_max THEN
+      IF v_key <> '' THEN
+        SELECT id, token, holder_attempt_id, candidate_task_id
+          INTO v_resource, v_token, v_holder, v_candidate
+          FROM concurrency_resources
+         WHERE namespace_id = v_ns AND concurrency_key = v_key FOR UPDATE;
+      END IF;
+      IF v_resource IS NOT NULL AND (v_holder IS NOT NULL OR NOT (v_candidate <=> p_task_id)) THEN
+        -- Not this key's candidate (cannot happen while the parking invariant holds): park it
+        -- rather than grant a second permit.
+        UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
+      ELSEIF v_resource IS NOT NULL AND v_token = 18446744073709551615 THEN
+        UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
+        UPDATE concurrency_resources SET candidate_task_id = NULL WHERE id = v_resource;
+        IF NOT EXISTS (SELECT 1 FROM task_history
+                        WHERE task_id = p_task_id AND event = 'TOKEN_SPACE_EXHAUSTED') THEN
+          CALL history_add(p_task_id, v_ns, NULL, NULL, 'TOKEN_SPACE_EXHAUSTED', 'WAITING',
+                           'WAITING', 'system:claim', 'token space of the key is exhausted; claim refused');
+        END IF;
+      ELSE
+        IF v_resource IS NOT NULL THEN
+          SET v_token = v_token + 1;
+        END IF;
+        SET v_expires = p_now + INTERVAL v_lease SECOND;
+        IF v_deadline IS NOT NULL AND v_deadline < v_expires THEN
+          SET v_expires = v_deadline;
+        END IF;
+        INSERT INTO attempts (public_id, task_id, namespace_id, application_id, queue_id,
+                              session_id, attempt_number, concurrency_token, state,
+                              lease_expires_at, created_at)
+          VALUES (new_public_id(), p_task_id, v_ns, v_app, v_queue, p_session_id, v_number,
+                  v_token, 'LEASED', v_expires, p_now);
+        SET p_attempt_id = LAST_INSERT_ID();
+        INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
+          VALUES (p_attempt_id, 'QUEUE', v_queue, NULL, v_expires, p_now);
+        IF v_resource IS NOT NULL THEN
+          INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
+            VALUES (p_attempt_id, 'KEY', v_resource, v_resource, v_expires, p_now);
+          UPDATE concurrency_resources
+             SET token = v_token, version = version + 1, holder_attempt_id = p_attempt_id,
+                 candidate_task_id = NULL, updated_at = p_now
+           WHERE id = v_resource;
+        END IF;
+        UPDATE tasks SET state = 'LEASED', lane = NULL, attempts_used = v_number,
+                         current_attempt_id = p_attempt_id, updated_at = p_now
+         WHERE id = p_task_id;
+        UPDATE applications SET active_attempts = active_attempts + 1 WHERE id = v_app;
+        UPDATE queues SET active_attempts = active_attempts + 1 WHERE id = v_queue;
+        UPDATE worker_sessions SET in_flight = in_flight + 1 WHERE id = p_session_id;
+        CALL history_add(p_task_id, v_ns, p_attempt_id, v_token, 'CLAIMED', 'WAITING', 'LEASED',
+                         v_actor, NULL);
+      END IF;
+    END IF;
+  END IF;
+END

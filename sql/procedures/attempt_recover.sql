@@ -1,0 +1,43 @@
+-- attempt_recover: lease recovery of one attempt (SPEC 3). Idempotent: an attempt that is no
+-- longer LEASED/RUNNING, or whose lease has not expired, is left alone.
+-- Helper inside the caller's transaction; the caller holds the application row.
+--   expired LEASED  -> attempt EXPIRED, task back to WAITING (or DEADLINE_EXCEEDED if past it)
+--   expired RUNNING -> attempt UNKNOWN, task NEEDS_REVIEW (the effect is unknown)
+-- Permits, including the key, are released in the same transaction (K6).
+-- Locks: tasks row, attempts row, then attempt_release's order.
+CREATE PROCEDURE attempt_recover(IN p_attempt_id BIGINT UNSIGNED, IN p_actor VARCHAR(200))
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_task BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_state VARCHAR(20);
+  DECLARE v_ns BIGINT UNSIGNED;
+  DECLARE v_token BIGINT UNSIGNED;
+  DECLARE v_deadline DATETIME(6);
+  DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+
+  SELECT a.task_id, a.state, a.namespace_id, a.concurrency_token, t.deadline_at
+    INTO v_task, v_state, v_ns, v_token, v_deadline
+    FROM attempts a JOIN tasks t ON t.id = a.task_id
+   WHERE a.id = p_attempt_id AND a.state IN ('LEASED', 'RUNNING') AND a.lease_expires_at <= v_now
+     FOR UPDATE;
+  IF v_task IS NOT NULL THEN
+    IF v_state = 'LEASED' THEN
+      CALL attempt_release(p_attempt_id, 'EXPIRED');
+      IF v_deadline IS NOT NULL AND v_deadline <= v_now THEN
+        CALL task_finish(v_task, 'DEADLINE_EXCEEDED', NULL, NULL);
+        CALL history_add(v_task, v_ns, p_attempt_id, v_token, 'LEASE_EXPIRED', 'LEASED',
+                         'DEADLINE_EXCEEDED', p_actor, 'lease expired before start; deadline passed');
+      ELSE
+        UPDATE tasks SET state = 'WAITING', available_at = v_now, updated_at = v_now WHERE id = v_task;
+        CALL task_enter_lane(v_task);
+        CALL history_add(v_task, v_ns, p_attempt_id, v_token, 'LEASE_EXPIRED', 'LEASED', 'WAITING',
+                         p_actor, 'lease expired before start');
+      END IF;
+    ELSE
+      CALL attempt_release(p_attempt_id, 'UNKNOWN');
+      UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, updated_at = v_now WHERE id = v_task;
+      CALL history_add(v_task, v_ns, p_attempt_id, v_token, 'LEASE_EXPIRED', 'RUNNING',
+                       'NEEDS_REVIEW', p_actor, 'lease expired while running; outcome unknown');
+    END IF;
+  END IF;
+END

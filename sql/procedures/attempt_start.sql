@@ -1,0 +1,42 @@
+-- attempt_start: confirm the execution right (LEASED -> RUNNING, W3). Business code runs only
+-- after this succeeds. Repeating it for a RUNNING attempt of the same session is harmless.
+-- Result set: the attempt (attempt_detail columns).
+-- Errors: NOT_FOUND (unknown attempt in this namespace), LEASE_LOST (another session, lease
+--   expired, or the attempt already ended: a late start changes nothing).
+-- Locks: attempts row only (then permits); no counter changes, so no application lock.
+CREATE PROCEDURE attempt_start(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32),
+                               IN p_attempt_public_id CHAR(32))
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_attempt BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_task BIGINT UNSIGNED;
+  DECLARE v_state VARCHAR(20);
+  DECLARE v_token BIGINT UNSIGNED;
+  DECLARE v_session CHAR(32);
+  DECLARE v_expires DATETIME(6);
+  DECLARE v_now DATETIME(6);
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+  START TRANSACTION;
+  SET v_now = UTC_TIMESTAMP(6);
+  SELECT a.id, a.task_id, a.state, a.concurrency_token, s.public_id, a.lease_expires_at
+    INTO v_attempt, v_task, v_state, v_token, v_session, v_expires
+    FROM attempts a JOIN worker_sessions s ON s.id = a.session_id
+   WHERE a.public_id = p_attempt_public_id AND a.namespace_id = p_namespace_id
+     FOR UPDATE;
+  IF v_attempt IS NULL THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: attempt not found';
+  END IF;
+  IF v_session <> p_session_public_id OR v_state NOT IN ('LEASED', 'RUNNING') OR v_expires <= v_now THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'LEASE_LOST: attempt is no longer the current holder';
+  END IF;
+  IF v_state = 'LEASED' THEN
+    UPDATE attempts SET state = 'RUNNING', started_at = v_now WHERE id = v_attempt;
+    UPDATE tasks SET state = 'RUNNING', updated_at = v_now WHERE id = v_task;
+    CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'STARTED', 'LEASED', 'RUNNING',
+                     CONCAT('session:', p_session_public_id), NULL);
+  END IF;
+  COMMIT;
+  CALL attempt_detail(v_attempt);
+END

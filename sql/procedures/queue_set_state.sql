@@ -1,0 +1,65 @@
+-- queue_set_state: pause or resume a queue. Nothing held is released (K6): attempts of a paused
+-- queue end by result or lease. What moves is key candidacy, so a paused queue never keeps a
+-- free key away from the other queues of the namespace:
+--   pause:  the queue's READY keyed tasks are parked and each key's candidacy passes to the
+--           next parked task in an ACTIVE queue;
+--   resume: each free key without a candidate that has parked tasks here gets one again.
+-- Result set: {queue_id, state}.
+-- Errors: NOT_FOUND.
+-- Locks, in order: applications row, queues row, then per key: tasks rows, the key row.
+CREATE PROCEDURE queue_set_state(IN p_namespace_id BIGINT UNSIGNED, IN p_queue_public_id CHAR(32),
+                                 IN p_state VARCHAR(10))
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_queue BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_current VARCHAR(10);
+  DECLARE v_item BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_next BIGINT UNSIGNED;
+  DECLARE v_resource BIGINT UNSIGNED;
+  DECLARE v_now DATETIME(6);
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+  SELECT id, application_id INTO v_queue, v_app FROM queues
+   WHERE public_id = p_queue_public_id AND namespace_id = p_namespace_id;
+  IF v_queue IS NULL THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: queue not found';
+  END IF;
+  START TRANSACTION;
+  SET v_now = UTC_TIMESTAMP(6);
+  SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+  SELECT state INTO v_current FROM queues WHERE id = v_queue FOR UPDATE;
+  IF v_current <> p_state THEN
+    UPDATE queues SET state = p_state, updated_at = v_now WHERE id = v_queue;
+    IF p_state = 'PAUSED' THEN
+      pause_loop: LOOP
+        SET v_next = NULL;
+        SELECT id INTO v_next FROM tasks
+         WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key <> '' AND id > v_item
+         ORDER BY id LIMIT 1 FOR UPDATE;
+        IF v_next IS NULL THEN LEAVE pause_loop; END IF;
+        CALL task_leave_lane(v_next);
+        UPDATE tasks SET lane = 'BLOCKED' WHERE id = v_next;
+        SET v_item = v_next;
+      END LOOP;
+    ELSE
+      resume_loop: LOOP
+        SET v_next = NULL, v_resource = NULL;
+        SELECT id INTO v_next FROM tasks
+         WHERE queue_id = v_queue AND lane = 'BLOCKED' AND id > v_item
+         ORDER BY id LIMIT 1;
+        IF v_next IS NULL THEN LEAVE resume_loop; END IF;
+        SELECT r.id INTO v_resource FROM tasks t JOIN concurrency_resources r
+            ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
+         WHERE t.id = v_next AND r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL
+           FOR UPDATE;
+        IF v_resource IS NOT NULL THEN
+          CALL key_promote_next(v_resource);
+        END IF;
+        SET v_item = v_next;
+      END LOOP;
+    END IF;
+  END IF;
+  COMMIT;
+  SELECT p_queue_public_id AS queue_id, p_state AS state;
+END

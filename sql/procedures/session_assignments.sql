@@ -1,0 +1,21 @@
+-- session_assignments: the task.assign rows of a session's in-flight attempts with
+-- attempts.id >= p_min_attempt_id (0 = all; claim passes its first new attempt id).
+-- Read-only helper; result set columns are what the shell turns into task.assign (W2, W7).
+-- Index: ix_attempts_session (session_id, state).
+CREATE PROCEDURE session_assignments(IN p_session_id BIGINT UNSIGNED,
+                                     IN p_min_attempt_id BIGINT UNSIGNED)
+  READS SQL DATA SQL SECURITY DEFINER
+BEGIN
+  SELECT a.public_id AS attempt_id, a.attempt_number, a.state AS attempt_state,
+         a.concurrency_token, a.lease_expires_at,
+         t.public_id AS task_id, q.public_id AS queue_id, t.handler, t.handler_version,
+         t.payload_version, t.payload, t.business_key, t.concurrency_key, t.priority,
+         t.state AS task_state, t.max_attempts, t.deadline_at, t.created_at,
+         t.schedule_id, t.fire_time
+    FROM attempts a
+    JOIN tasks t ON t.id = a.task_id
+    JOIN queues q ON q.id = t.queue_id
+   WHERE a.session_id = p_session_id AND a.state IN ('LEASED', 'RUNNING')
+     AND a.id >= p_min_attempt_id
+   ORDER BY a.id;
+END

@@ -1,0 +1,43 @@
+-- task_enter_lane: put a WAITING task into its dispatch lane.
+-- Helper inside the caller's transaction; the caller holds the application row and the task
+-- row and has set state = 'WAITING' and available_at.
+--   available_at in the future           -> DELAYED (the due sweep re-enters it later)
+--   unkeyed                              -> READY
+--   keyed, key free, no candidate, queue ACTIVE -> READY and the key's candidate
+--   otherwise                            -> BLOCKED (parked; promoted by a release)
+-- Locks: the key's concurrency_resources row, created on first use (never deleted, K7).
+CREATE PROCEDURE task_enter_lane(IN p_task_id BIGINT UNSIGNED)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_ns BIGINT UNSIGNED;
+  DECLARE v_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+  DECLARE v_available DATETIME(6);
+  DECLARE v_queue_state VARCHAR(10);
+  DECLARE v_resource BIGINT UNSIGNED;
+  DECLARE v_holder BIGINT UNSIGNED;
+  DECLARE v_candidate BIGINT UNSIGNED;
+  DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+
+  SELECT t.namespace_id, t.concurrency_key, t.available_at, q.state
+    INTO v_ns, v_key, v_available, v_queue_state
+    FROM tasks t JOIN queues q ON q.id = t.queue_id WHERE t.id = p_task_id;
+
+  IF v_available > v_now THEN
+    UPDATE tasks SET lane = 'DELAYED' WHERE id = p_task_id;
+  ELSEIF v_key = '' THEN
+    UPDATE tasks SET lane = 'READY' WHERE id = p_task_id;
+  ELSE
+    INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
+      VALUES (v_ns, v_key, v_now, v_now)
+      ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
+    SET v_resource = LAST_INSERT_ID();
+    SELECT holder_attempt_id, candidate_task_id INTO v_holder, v_candidate
+      FROM concurrency_resources WHERE id = v_resource FOR UPDATE;
+    IF v_holder IS NULL AND v_candidate IS NULL AND v_queue_state = 'ACTIVE' THEN
+      UPDATE tasks SET lane = 'READY' WHERE id = p_task_id;
+      UPDATE concurrency_resources SET candidate_task_id = p_task_id WHERE id = v_resource;
+    ELSE
+      UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
+    END IF;
+  END IF;
+END

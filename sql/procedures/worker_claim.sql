@@ -1,0 +1,161 @@
+-- worker_claim: grant up to p_max tasks to a session in ONE transaction (K5, W2).
+-- Params: namespace, session public id, max (1..100, checked by the shell).
+-- Result set: task.assign rows of the attempts granted by this call (session_assignments).
+-- Errors: NOT_FOUND (unknown session), STATE_CONFLICT (session closed).
+--
+-- Locks, in the documented order: applications row (the application quota), the session's
+-- queues rows (queue permits, ascending id), worker_sessions row, candidate tasks rows (FOR
+-- UPDATE SKIP LOCKED through ix_tasks_claim), concurrency_resources row of each keyed
+-- candidate, then the new attempts and permits rows.
+--
+-- K8 without a scan: keyed tasks whose key is held are parked (lane BLOCKED) and each free key
+-- has at most one READY candidate, so ix_tasks_claim (queue_id, lane, priority, id) holds only
+-- claimable rows and the LIMIT never meets a blocked one. Two tasks of one key can never both
+-- be READY, and the key row is re-checked under its lock, so one batch never grants a key
+-- twice; permits.uq_permits_exclusive would refuse a second KEY permit anyway.
+--
+-- Fairness (W2): each call takes at most ceil(candidates seen / live sessions) tasks, where
+-- live sessions are OPEN sessions sharing one of these queues, seen in the last 5 seconds and
+-- with free capacity. A burst is split between idle nodes instead of going to the first poller.
+--
+-- Recovery runs here first (expired leases of these queues, due DELAYED tasks), so an expired
+-- lease is recovered at the next claim on its queue even without the sweeper.
+CREATE PROCEDURE worker_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32),
+                              IN p_max INT UNSIGNED)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_app_max INT UNSIGNED;
+  DECLARE v_app_active INT UNSIGNED;
+  DECLARE v_state VARCHAR(10);
+  DECLARE v_capacity INT UNSIGNED;
+  DECLARE v_in_flight INT UNSIGNED;
+  DECLARE v_keys TINYINT;
+  DECLARE v_want INT DEFAULT 0;
+  DECLARE v_found INT DEFAULT 0;
+  DECLARE v_live INT DEFAULT 1;
+  DECLARE v_cap INT DEFAULT 0;
+  DECLARE v_granted INT DEFAULT 0;
+  DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_item BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_next BIGINT UNSIGNED;
+  DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_now DATETIME(6);
+  DECLARE v_ignored BIGINT;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+  SELECT id, application_id INTO v_session, v_app FROM worker_sessions
+   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
+  IF v_session IS NULL THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: worker session not found';
+  END IF;
+  -- MEMORY temporary tables are per connection; created outside the transaction because some
+  -- DDL commits implicitly.
+  CREATE TEMPORARY TABLE IF NOT EXISTS claim_candidates (
+    task_id BIGINT UNSIGNED NOT NULL PRIMARY KEY, priority TINYINT UNSIGNED NOT NULL
+  ) ENGINE=MEMORY;
+  DELETE FROM claim_candidates;
+
+  START TRANSACTION;
+  SET v_now = UTC_TIMESTAMP(6);
+  SELECT max_active_attempts INTO v_app_max FROM applications WHERE id = v_app FOR UPDATE;
+  SELECT COUNT(*) INTO v_ignored FROM queues
+   WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
+   ORDER BY id FOR UPDATE;
+  SELECT state, capacity, in_flight, concurrency_keys INTO v_state, v_capacity, v_in_flight, v_keys
+    FROM worker_sessions WHERE id = v_session FOR UPDATE;
+  IF v_state <> 'OPEN' THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: worker session is closed; say hello again';
+  END IF;
+  UPDATE worker_sessions SET last_seen_at = v_now WHERE id = v_session;
+
+  -- Recovery of expired leases on these queues (bounded; the sweeper does the rest).
+  SET v_item = 0;
+  recover_loop: LOOP
+    SET v_next = NULL;
+    SELECT a.id INTO v_next FROM attempts a
+     WHERE a.state IN ('LEASED', 'RUNNING') AND a.lease_expires_at <= v_now AND a.id > v_item
+       AND a.queue_id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
+     ORDER BY a.id LIMIT 1;
+    IF v_next IS NULL OR v_granted >= 20 THEN LEAVE recover_loop; END IF;
+    CALL attempt_recover(v_next, 'system:claim');
+    SET v_item = v_next, v_granted = v_granted + 1;
+  END LOOP;
+  -- Retry backoff that has run out: DELAYED tasks re-enter their lane (procrastinate #1599).
+  SET v_item = 0, v_granted = 0;
+  due_loop: LOOP
+    SET v_next = NULL;
+    SELECT t.id INTO v_next FROM tasks t
+     WHERE t.lane = 'DELAYED' AND t.available_at <= v_now AND t.id > v_item
+       AND t.queue_id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
+     ORDER BY t.id LIMIT 1 FOR UPDATE;
+    IF v_next IS NULL OR v_granted >= 50 THEN LEAVE due_loop; END IF;
+    CALL task_enter_lane(v_next);
+    SET v_item = v_next, v_granted = v_granted + 1;
+  END LOOP;
+  SET v_granted = 0;
+
+  SELECT in_flight INTO v_in_flight FROM worker_sessions WHERE id = v_session;
+  SET v_want = LEAST(p_max, GREATEST(CAST(v_capacity AS SIGNED) - CAST(v_in_flight AS SIGNED), 0));
+
+  IF v_want > 0 THEN
+    -- Candidates: the best v_want READY rows of each ACTIVE queue of the session. One bounded
+    -- index range per queue, so the work is (queues x want), never the backlog.
+    queue_loop: LOOP
+      SET v_next = NULL;
+      SELECT MIN(wq.queue_id) INTO v_next FROM worker_session_queues wq
+        JOIN queues q ON q.id = wq.queue_id AND q.state = 'ACTIVE'
+       WHERE wq.session_id = v_session AND wq.queue_id > v_queue;
+      IF v_next IS NULL THEN LEAVE queue_loop; END IF;
+      SET v_queue = v_next;
+      candidates: BEGIN
+        DECLARE v_done TINYINT DEFAULT 0;
+        DECLARE v_c_id BIGINT UNSIGNED;
+        DECLARE v_c_priority TINYINT UNSIGNED;
+        DECLARE c_ready CURSOR FOR
+          SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_claim)
+           WHERE queue_id = v_queue AND lane = 'READY' AND (v_keys = 1 OR concurrency_key = '')
+           ORDER BY priority, id LIMIT v_want
+           FOR UPDATE SKIP LOCKED;
+        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+        OPEN c_ready;
+        fetch_loop: LOOP
+          FETCH c_ready INTO v_c_id, v_c_priority;
+          IF v_done = 1 THEN LEAVE fetch_loop; END IF;
+          INSERT INTO claim_candidates (task_id, priority) VALUES (v_c_id, v_c_priority);
+        END LOOP;
+        CLOSE c_ready;
+      END candidates;
+    END LOOP;
+
+    SELECT COUNT(*) INTO v_found FROM claim_candidates;
+    SELECT COUNT(DISTINCT s.id) INTO v_live
+      FROM worker_session_queues mine
+      JOIN worker_session_queues other ON other.queue_id = mine.queue_id
+      JOIN worker_sessions s ON s.id = other.session_id
+     WHERE mine.session_id = v_session AND s.state = 'OPEN'
+       AND s.last_seen_at >= v_now - INTERVAL 5 SECOND AND s.in_flight < s.capacity;
+    SET v_cap = LEAST(v_want, CEIL(v_found / GREATEST(v_live, 1)));
+
+    -- Grant in (priority, id) order across the queues.
+    SET v_item = 0;
+    grant_loop: LOOP
+      IF v_granted >= v_cap THEN LEAVE grant_loop; END IF;
+      SET v_next = NULL;
+      SELECT task_id INTO v_next FROM claim_candidates ORDER BY priority, task_id LIMIT 1;
+      IF v_next IS NULL THEN LEAVE grant_loop; END IF;
+      DELETE FROM claim_candidates WHERE task_id = v_next;
+      SELECT active_attempts INTO v_app_active FROM applications WHERE id = v_app;
+      IF v_app_max IS NOT NULL AND v_app_active >= v_app_max THEN LEAVE grant_loop; END IF;
+      CALL attempt_grant(v_next, v_session, v_now, v_item);
+      IF v_item IS NOT NULL THEN
+        SET v_granted = v_granted + 1;
+        IF v_first_attempt IS NULL THEN SET v_first_attempt = v_item; END IF;
+      END IF;
+    END LOOP;
+  END IF;
+  COMMIT;
+  CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615));
+END
