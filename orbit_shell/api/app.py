@@ -1,0 +1,122 @@
+"""The Falcon application factory: routes, middleware and the one error boundary (SPEC 2).
+
+Every response is JSON in the envelope: ``{"data": ..., "request_id"}`` on success and
+``{"error": {"code", "message", "details"}, "request_id"}`` on failure, including unknown
+routes, bad JSON, oversized bodies and unexpected exceptions (logged, never shown).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+
+import falcon
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from .. import auth, errors
+from ..config import Config
+from ..db import Database
+from . import openapi
+from .attempts import Attempts
+from .queues import Queues
+from .routes import ROUTES
+from .system import Health, Metrics, OpenApi, Ready
+from .tasks import Tasks
+from .workers import Workers
+
+log = logging.getLogger("orbit.api")
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+STATUS_CODES = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+    405: "NOT_FOUND", 409: "STATE_CONFLICT", 411: "INVALID_ARGUMENT", 413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE", 429: "QUOTA_EXCEEDED", 503: "UNAVAILABLE",
+}
+
+
+class RequestContext:
+    """Request id, database handle, authentication and metrics for every request."""
+
+    def __init__(self, database: Database, registry: CollectorRegistry) -> None:
+        self.db = database
+        self.requests = Counter(
+            "orbit_http_requests", "HTTP requests", ["method", "route", "status"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "orbit_http_request_seconds", "HTTP request latency", ["method", "route"],
+            registry=registry,
+        )
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        incoming = req.get_header("X-Request-Id") or ""
+        req.context.request_id = incoming if REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
+        req.context.db = self.db
+        req.context.started = time.perf_counter()
+
+    def process_resource(self, req, resp, resource, params) -> None:
+        if resource is not None and not getattr(resource, "auth_exempt", False):
+            req.context.principal = auth.authenticate(self.db, req.get_header("Authorization"))
+
+    def process_response(self, req, resp, resource, req_succeeded) -> None:
+        resp.set_header("X-Request-Id", req.context.request_id)
+        route = req.uri_template or "unmatched"
+        self.requests.labels(req.method, route, str(resp.status_code)).inc()
+        self.latency.labels(req.method, route).observe(time.perf_counter() - req.context.started)
+
+
+def _error_body(req: falcon.Request, code: str, message: str, details=None) -> dict:
+    return {
+        "error": {"code": code, "message": message, "details": details or []},
+        "request_id": getattr(req.context, "request_id", None) or uuid.uuid4().hex,
+    }
+
+
+def _orbit_error(req, resp, ex: errors.OrbitError, params) -> None:
+    resp.status = ex.status
+    resp.media = _error_body(req, ex.code, ex.message, ex.details)
+    if isinstance(ex, errors.Unauthenticated):
+        resp.set_header("WWW-Authenticate", "Bearer")
+
+
+def _http_error(req, resp, ex: falcon.HTTPError, params) -> None:
+    status = ex.status_code
+    code = STATUS_CODES.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+    if status == 405:
+        status = 404  # an unknown method on a known path is an unknown route
+    resp.status = status
+    resp.media = _error_body(req, code, ex.title or code, [])
+
+
+def _unexpected(req, resp, ex: Exception, params) -> None:
+    log.exception("unhandled error", extra={"action": "http.error", "path": req.path})
+    resp.status = 500
+    resp.media = _error_body(req, "INTERNAL", "internal error", [])
+
+
+def create_app(config: Config, database: Database | None = None,
+               registry: CollectorRegistry | None = None) -> falcon.App:
+    """Build the WSGI app. Connections are opened lazily, so it is safe before a fork."""
+    database = database or Database(config.dsn, pool_size=config.db_pool_size)
+    registry = registry or CollectorRegistry()
+    app = falcon.App(middleware=[RequestContext(database, registry)])
+    app.req_options.strip_url_path_trailing_slash = False
+    resources = {
+        "health": Health(),
+        "ready": Ready(config.dsn),
+        "metrics": Metrics(registry),
+        "openapi": OpenApi(openapi.build()),
+        "queues": Queues(config.max_body_bytes),
+        "tasks": Tasks(config.max_body_bytes),
+        "workers": Workers(config.max_body_bytes),
+        "attempts": Attempts(config.max_body_bytes),
+    }
+    for route in ROUTES:
+        kwargs = {"suffix": route.suffix} if route.suffix else {}
+        app.add_route(route.path, resources[route.resource], **kwargs)
+    # Most specific first: Falcon picks the handler of the nearest class in the MRO.
+    app.add_error_handler(Exception, _unexpected)
+    app.add_error_handler(falcon.HTTPError, _http_error)
+    app.add_error_handler(errors.OrbitError, _orbit_error)
+    return app

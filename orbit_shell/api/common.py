@@ -1,0 +1,47 @@
+"""Helpers shared by the resource modules: body parsing, the success envelope, the scope."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import falcon
+
+from .. import errors
+from ..scoped import Scope
+from ..validation import Shape
+
+
+def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, Any]:
+    """Parse and validate a JSON body (413 over the limit, 415 not JSON, 400 bad JSON).
+
+    An empty body is treated as ``{}`` so that action routes can be called without one.
+    """
+    if req.content_length is not None and req.content_length > max_bytes:
+        raise errors.PayloadTooLarge()
+    raw = req.bounded_stream.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise errors.PayloadTooLarge()
+    if not raw.strip():
+        return shape.parse({})
+    media = (req.content_type or "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise errors.UnsupportedMediaType()
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise errors.InvalidArgument("request body is not valid JSON") from None
+    return shape.parse(body)
+
+
+def ok(req: falcon.Request, resp: falcon.Response, data: Any, status: int = 200) -> None:
+    """Write the success envelope ``{"data": ..., "request_id": ...}``."""
+    resp.status = status
+    resp.media = {"data": data, "request_id": req.context.request_id}
+
+
+def scope(req: falcon.Request, needed: str) -> Scope:
+    """The caller's namespace scope, after checking it holds the ``needed`` scope."""
+    principal = req.context.principal
+    principal.require(needed)
+    return Scope(req.context.db, principal)

@@ -1,0 +1,55 @@
+"""Unauthenticated operational routes: /healthz, /readyz, /metrics, /v1/openapi.json."""
+
+from __future__ import annotations
+
+import falcon
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .. import errors, schema
+from .common import ok
+
+
+class Health:
+    auth_exempt = True
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        ok(req, resp, {"status": "ok"})
+
+
+class Ready:
+    """Ready when the database answers and its schema is the version this server ships."""
+
+    auth_exempt = True
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        try:
+            schema.check(self.dsn)
+        except schema.SchemaMismatch as exc:
+            raise errors.Unavailable(f"schema: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the database is "not ready"
+            raise errors.Unavailable("database unavailable") from exc
+        ok(req, resp, {"status": "ready"})
+
+
+class Metrics:
+    auth_exempt = True
+
+    def __init__(self, registry) -> None:
+        self.registry = registry
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.content_type = CONTENT_TYPE_LATEST
+        resp.data = generate_latest(self.registry)
+
+
+class OpenApi:
+    auth_exempt = True
+
+    def __init__(self, document: dict) -> None:
+        self.document = document
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self.document

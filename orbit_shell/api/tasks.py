@@ -1,0 +1,109 @@
+"""Tasks: submit (idempotent), read, list, attempts, history, cancel, resolve."""
+
+from __future__ import annotations
+
+import falcon
+
+from .. import errors, serialize, validation
+from ..scoped import MAX_PAGE, decode_cursor, encode_cursor
+from .common import ok, read_json, scope
+
+STATES = ("WAITING", "LEASED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "NEEDS_REVIEW",
+          "DEADLINE_EXCEEDED")
+
+
+class Tasks:
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = scope(req, "tasks:submit")
+        idem = validation.idempotency_key(req.get_header("Idempotency-Key"))
+        body = read_json(req, validation.TASK_SUBMIT, self.max_body)
+        queue = s.queue(body["queue_id"])
+        [[row]] = s.db.call(
+            "task_submit", s.namespace_id, queue["id"], idem, validation.fingerprint(body),
+            body["handler"], body["handler_version"], body["payload_version"],
+            validation.stored_json(body["payload"]), body["business_key"],
+            body["concurrency_key"], body["priority"], body["max_attempts"],
+            body["deadline_seconds"], s.principal.actor, None, None, None,
+        )
+        status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
+        ok(req, resp, serialize.task_detail(s.task(row["task_id"])), status)
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = scope(req, "tasks:read")
+        params = dict(req.params)
+        unknown = sorted(set(params) - {"queue_id", "state", "business_key", "concurrency_key",
+                                        "cursor", "limit"})
+        if unknown:
+            raise errors.InvalidArgument(
+                "unknown query parameter(s): " + ", ".join(unknown),
+                [{"field": n, "message": "unknown query parameter"} for n in unknown],
+            )
+        if any(isinstance(v, list) for v in params.values()):
+            raise errors.InvalidArgument("query parameters may be given once")
+        filters = {}
+        if "queue_id" in params:
+            filters["queue_id"] = s.queue(validation.Hex32()("queue_id", params["queue_id"]))["id"]
+        if "state" in params:
+            filters["state"] = validation.Enum(STATES)("state", params["state"])
+        if "business_key" in params:
+            filters["business_key"] = validation.Text(0, 191)("business_key", params["business_key"])
+        if "concurrency_key" in params:
+            filters["concurrency_key"] = validation.validate_concurrency_key(params["concurrency_key"])
+        limit = 50
+        if "limit" in params:
+            try:
+                limit = int(params["limit"])
+            except ValueError:
+                raise errors.field_error("limit", "must be an integer") from None
+            if not 1 <= limit <= MAX_PAGE:
+                raise errors.field_error("limit", f"must be between 1 and {MAX_PAGE}")
+        after = decode_cursor(params["cursor"]) if "cursor" in params else 0
+        rows = s.tasks(filters, after, limit + 1)
+        page = rows[:limit]
+        cursor = encode_cursor(page[-1]["id"]) if len(rows) > limit else None
+        ok(req, resp, {"tasks": [serialize.task_summary(r) for r in page], "next_cursor": cursor})
+
+    def on_get_item(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
+        s = scope(req, "tasks:read")
+        ok(req, resp, serialize.task_detail(s.task(task_id)))
+
+    def on_get_attempts(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
+        s = scope(req, "tasks:read")
+        ok(req, resp, [serialize.attempt(r) for r in s.attempts(task_id)])
+
+    def on_get_attempt(self, req, resp, task_id: str, number: str) -> None:
+        s = scope(req, "tasks:read")
+        if not number.isdigit() or not 1 <= int(number) <= 1_000_000:
+            raise errors.NotFound("attempt not found")
+        ok(req, resp, serialize.attempt(s.attempt(task_id, int(number))))
+
+    def on_get_history(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
+        s = scope(req, "tasks:read")
+        ok(req, resp, [
+            {
+                "event": h["event"], "from_state": h["from_state"], "to_state": h["to_state"],
+                "actor": h["actor"], "details": h["details"], "attempt_id": h["attempt_id"],
+                **({"concurrency_token": str(h["concurrency_token"])}
+                   if h["concurrency_token"] else {}),
+                "at": serialize.iso(h["created_at"]),
+            }
+            for h in s.history(task_id)
+        ])
+
+    def on_post_cancel(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
+        s = scope(req, "tasks:submit")
+        read_json(req, validation.EMPTY, self.max_body)
+        s.task(task_id)
+        s.db.call("task_cancel", s.namespace_id, task_id, s.principal.actor)
+        ok(req, resp, serialize.task_detail(s.task(task_id)))
+
+    def on_post_resolve(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
+        s = scope(req, "tasks:submit")
+        body = read_json(req, validation.TASK_RESOLVE, self.max_body)
+        s.task(task_id)
+        s.db.call("task_resolve", s.namespace_id, task_id, body["state"], s.principal.actor,
+                  body["note"])
+        ok(req, resp, serialize.task_detail(s.task(task_id)))

@@ -1,0 +1,65 @@
+"""Worker sessions: hello, claim (bounded long poll), goodbye (W1, W2, W7)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import falcon
+
+from .. import serialize, validation
+from .common import ok, read_json, scope
+
+
+class Workers:
+    def __init__(self, max_body: int, sleep=time.sleep, clock=time.monotonic) -> None:
+        self.max_body = max_body
+        self.sleep = sleep
+        self.clock = clock
+
+    def on_post_hello(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = scope(req, "workers:connect")
+        body = read_json(req, validation.WORKER_HELLO, self.max_body)
+        queue_ids = sorted({s.queue(q)["id"] for q in body["queue_ids"]})
+        registration = validation.fingerprint(
+            {"queues": queue_ids, "capacity": body["capacity"]}
+        )
+        session, in_flight = s.db.call(
+            "worker_hello", s.namespace_id, s.principal.application_id, body["worker_id"],
+            body["capacity"], int(body["concurrency_keys"]), json.dumps(queue_ids), registration,
+        )
+        row = session[0]
+        ok(req, resp, {
+            "session_id": row["session_id"],
+            "lease_seconds": row["lease_seconds"],
+            "capacity": row["capacity"],
+            "concurrency_keys": bool(row["concurrency_keys"]),
+            "in_flight": [serialize.assignment(r) for r in in_flight],
+        })
+
+    def on_post_claim(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
+        s = scope(req, "workers:consume")
+        validation.Hex32()("session_id", session_id)
+        body = read_json(req, validation.WORKER_CLAIM, self.max_body)
+        deadline = self.clock() + body["wait_ms"] / 1000.0
+        pause = 0.02
+        while True:
+            [rows] = s.db.call("worker_claim", s.namespace_id, session_id, body["max"])
+            remaining = deadline - self.clock()
+            if rows or remaining <= 0:
+                break
+            # Long poll: retry with a growing pause, never past the caller's wait.
+            self.sleep(min(pause, remaining))
+            pause = min(pause * 2, 0.25)
+        ok(req, resp, {"assignments": [serialize.assignment(r) for r in rows]})
+
+    def on_post_goodbye(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
+        s = scope(req, "workers:connect")
+        validation.Hex32()("session_id", session_id)
+        read_json(req, validation.EMPTY, self.max_body)
+        [[row]] = s.db.call("worker_goodbye", s.namespace_id, session_id)
+        ok(req, resp, {
+            "session_id": row["session_id"], "state": row["state"],
+            "in_flight": row["in_flight"], "capacity": row["capacity"],
+            "concurrency_keys": bool(row["concurrency_keys"]),
+        })

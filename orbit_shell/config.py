@@ -1,0 +1,42 @@
+"""Server configuration, read from the environment by the CLIs and passed to factories."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings of one Orbit server process.
+
+    Attributes:
+        dsn: ``mysql://user:password@host:port/database`` (``ORBIT_MYSQL_DSN``).
+        http_addr: ``host:port`` gunicorn binds (``ORBIT_HTTP_ADDR``).
+        max_body_bytes: larger request bodies are 413.
+        db_pool_size: idle connections kept per process.
+        sweep_interval: seconds between lease sweeps (0 disables the sweeper).
+        http_workers / http_threads: gunicorn worker processes and threads per process.
+    """
+
+    dsn: str
+    http_addr: str = "127.0.0.1:8080"
+    max_body_bytes: int = 1024 * 1024
+    db_pool_size: int = 16
+    sweep_interval: float = 1.0
+    schedule_interval: float = 1.0
+    http_workers: int = 4
+    http_threads: int = 8
+
+    @classmethod
+    def from_env(cls) -> Config:
+        dsn = os.environ.get("ORBIT_MYSQL_DSN")
+        if not dsn:
+            raise SystemExit("orbit: ORBIT_MYSQL_DSN is not set (mysql://user:pass@host:port/db)")
+        return cls(
+            dsn=dsn,
+            http_addr=os.environ.get("ORBIT_HTTP_ADDR", "127.0.0.1:8080"),
+            sweep_interval=float(os.environ.get("ORBIT_SWEEP_INTERVAL", "1.0")),
+            http_workers=int(os.environ.get("ORBIT_HTTP_WORKERS", "4")),
+            http_threads=int(os.environ.get("ORBIT_HTTP_THREADS", "8")),
+        )

@@ -1,0 +1,155 @@
+"""Namespace-scoped reads: the only way API code reads tenant data.
+
+A :class:`Scope` is built from the authenticated principal; every query it runs filters by the
+principal's namespace and queue scope, so a cross-namespace read cannot be forgotten by a
+resource handler. Anything outside the scope is ``NOT_FOUND``, never ``PERMISSION_DENIED``, so
+existence does not leak (SPEC 1).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from . import errors
+from .auth import Principal
+from .db import Database
+
+TASK_COLUMNS = (
+    "t.id, t.public_id, q.public_id AS queue_public_id, t.queue_id, t.state, t.handler, "
+    "t.handler_version, t.payload_version, t.payload, t.business_key, t.concurrency_key, "
+    "t.priority, t.max_attempts, t.attempts_used, t.available_at, t.deadline_at, t.created_at, "
+    "t.updated_at, t.finished_at, t.result, t.error, t.schedule_version, t.fire_time, "
+    "s.public_id AS schedule_public_id"
+)
+TASK_FROM = (
+    "FROM tasks t JOIN queues q ON q.id = t.queue_id "
+    "LEFT JOIN schedules s ON s.id = t.schedule_id"
+)
+ATTEMPT_COLUMNS = (
+    "a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state, "
+    "a.concurrency_token, t.concurrency_key, a.lease_expires_at, a.created_at, a.started_at, "
+    "a.finished_at, a.outcome, a.retryable, a.result, a.error"
+)
+MAX_PAGE = 200
+
+
+def encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"after": last_id}).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = json.loads(base64.urlsafe_b64decode(padded.encode()))["after"]
+    except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise errors.field_error("cursor", "is not a cursor returned by this API") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise errors.field_error("cursor", "is not a cursor returned by this API")
+    return value
+
+
+class Scope:
+    """Reads confined to one principal's namespace and queue scope."""
+
+    def __init__(self, database: Database, principal: Principal) -> None:
+        self.db = database
+        self.principal = principal
+
+    @property
+    def namespace_id(self) -> int:
+        return self.principal.namespace_id
+
+    def _queue_filter(self, column: str) -> tuple[str, list[Any]]:
+        if self.principal.all_queues:
+            return "", []
+        ids = sorted(self.principal.queue_ids) or [0]
+        return f" AND {column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
+
+    # Queues ---------------------------------------------------------------------------------
+    def queue(self, public_id: str) -> dict[str, Any]:
+        """The queue row, or NOT_FOUND when it is outside the namespace or queue scope."""
+        extra, args = self._queue_filter("id")
+        rows = self.db.query(
+            "SELECT * FROM queues WHERE public_id = %s AND namespace_id = %s" + extra,
+            [public_id, self.namespace_id, *args],
+        )
+        if not rows:
+            raise errors.NotFound("queue not found")
+        return rows[0]
+
+    def queues(self) -> list[dict[str, Any]]:
+        extra, args = self._queue_filter("id")
+        return self.db.query(
+            "SELECT * FROM queues WHERE namespace_id = %s" + extra + " ORDER BY id",
+            [self.namespace_id, *args],
+        )
+
+    # Tasks ----------------------------------------------------------------------------------
+    def task(self, public_id: str) -> dict[str, Any]:
+        extra, args = self._queue_filter("t.queue_id")
+        rows = self.db.query(
+            f"SELECT {TASK_COLUMNS} {TASK_FROM} WHERE t.public_id = %s AND t.namespace_id = %s"
+            + extra,
+            [public_id, self.namespace_id, *args],
+        )
+        if not rows:
+            raise errors.NotFound("task not found")
+        return rows[0]
+
+    def tasks(self, filters: dict[str, Any], after: int, limit: int) -> list[dict[str, Any]]:
+        """A page of tasks in id order after ``after``; filters are exact matches."""
+        where = ["t.namespace_id = %s", "t.id > %s"]
+        args: list[Any] = [self.namespace_id, after]
+        for column in ("queue_id", "state", "business_key", "concurrency_key"):
+            if column in filters:
+                where.append(f"t.{column} = %s")
+                args.append(filters[column])
+        extra, extra_args = self._queue_filter("t.queue_id")
+        return self.db.query(
+            f"SELECT {TASK_COLUMNS} {TASK_FROM} WHERE {' AND '.join(where)}{extra} "
+            "ORDER BY t.id LIMIT %s",
+            [*args, *extra_args, limit],
+        )
+
+    def attempts(self, task_public_id: str) -> list[dict[str, Any]]:
+        task = self.task(task_public_id)
+        return self.db.query(
+            f"SELECT {ATTEMPT_COLUMNS} FROM attempts a JOIN tasks t ON t.id = a.task_id "
+            "WHERE a.task_id = %s ORDER BY a.attempt_number",
+            [task["id"]],
+        )
+
+    def attempt(self, task_public_id: str, number: int) -> dict[str, Any]:
+        task = self.task(task_public_id)
+        rows = self.db.query(
+            f"SELECT {ATTEMPT_COLUMNS} FROM attempts a JOIN tasks t ON t.id = a.task_id "
+            "WHERE a.task_id = %s AND a.attempt_number = %s",
+            [task["id"], number],
+        )
+        if not rows:
+            raise errors.NotFound("attempt not found")
+        return rows[0]
+
+    def history(self, task_public_id: str) -> list[dict[str, Any]]:
+        task = self.task(task_public_id)
+        return self.db.query(
+            "SELECT h.event, h.from_state, h.to_state, h.actor, h.details, h.concurrency_token, "
+            "a.public_id AS attempt_id, h.created_at FROM task_history h "
+            "LEFT JOIN attempts a ON a.id = h.attempt_id WHERE h.task_id = %s ORDER BY h.id",
+            [task["id"]],
+        )
+
+    def check_attempt_queue(self, attempt_public_id: str) -> None:
+        """For credentials limited to some queues: NOT_FOUND for attempts of other queues."""
+        if self.principal.all_queues:
+            return
+        extra, args = self._queue_filter("queue_id")
+        rows = self.db.query(
+            "SELECT 1 AS ok FROM attempts WHERE public_id = %s AND namespace_id = %s" + extra,
+            [attempt_public_id, self.namespace_id, *args],
+        )
+        if not rows:
+            raise errors.NotFound("attempt not found")

@@ -1,0 +1,128 @@
+"""Database rows to API objects. Tokens leave as decimal strings, only for keyed tasks (K9)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+
+def iso(value: dt.datetime | None) -> str | None:
+    """UTC DATETIME(6) as RFC 3339 with microseconds and a Z."""
+    if value is None:
+        return None
+    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def token(key: str, value: int) -> dict[str, str]:
+    """``{"concurrency_token": "17"}`` for keyed tasks, ``{}`` otherwise (K9)."""
+    return {"concurrency_token": str(value)} if key else {}
+
+
+def queue(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "queue_id": row["public_id"],
+        "name": row["name"],
+        "state": row["state"],
+        "max_concurrency": row["max_concurrency"],
+        "max_unfinished": row["max_unfinished"],
+        "max_attempts": row["max_attempts"],
+        "lease_seconds": row["lease_seconds"],
+        "retry_backoff_seconds": row["retry_backoff_seconds"],
+        "retry_backoff_max_seconds": row["retry_backoff_max_seconds"],
+        "active_attempts": row["active_attempts"],
+        "unfinished_tasks": row["unfinished_tasks"],
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+    }
+
+
+def task_summary(row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "task_id": row["public_id"],
+        "queue_id": row["queue_public_id"],
+        "state": row["state"],
+        "handler": row["handler"],
+        "handler_version": row["handler_version"],
+        "priority": row["priority"],
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+    }
+    if row["business_key"]:
+        out["business_key"] = row["business_key"]
+    if row["concurrency_key"]:
+        out["concurrency_key"] = row["concurrency_key"]
+    if row.get("schedule_public_id"):
+        out["schedule_id"] = row["schedule_public_id"]
+        out["schedule_version"] = row["schedule_version"]
+        out["fire_time"] = iso(row["fire_time"])
+    return out
+
+
+def task_detail(row: dict[str, Any]) -> dict[str, Any]:
+    out = task_summary(row)
+    out.update(
+        {
+            "payload_version": row["payload_version"],
+            "payload": _json(row["payload"]),
+            "max_attempts": row["max_attempts"],
+            "attempts": row["attempts_used"],
+            "available_at": iso(row["available_at"]),
+            "deadline_at": iso(row["deadline_at"]),
+            "finished_at": iso(row["finished_at"]),
+            "result": _json(row["result"]),
+            "error": _json(row["error"]),
+        }
+    )
+    return out
+
+
+def attempt(row: dict[str, Any]) -> dict[str, Any]:
+    out = {
+        "attempt_id": row["attempt_id"],
+        "task_id": row["task_id"],
+        "attempt_number": row["attempt_number"],
+        "state": row["state"],
+        **token(row["concurrency_key"], row["concurrency_token"]),
+        "lease_expires_at": iso(row["lease_expires_at"]),
+        "created_at": iso(row["created_at"]),
+        "started_at": iso(row["started_at"]),
+        "finished_at": iso(row["finished_at"]),
+        "outcome": row["outcome"],
+        "retryable": None if row["retryable"] is None else bool(row["retryable"]),
+        "result": _json(row["result"]),
+        "error": _json(row["error"]),
+    }
+    return out
+
+
+def assignment(row: dict[str, Any]) -> dict[str, Any]:
+    """A ``task.assign`` message (W7)."""
+    task: dict[str, Any] = {
+        "task_id": row["task_id"],
+        "queue_id": row["queue_id"],
+        "handler": row["handler"],
+        "handler_version": row["handler_version"],
+        "payload_version": row["payload_version"],
+        "payload": _json(row["payload"]),
+        "priority": row["priority"],
+        "max_attempts": row["max_attempts"],
+        "deadline_at": iso(row["deadline_at"]),
+        "created_at": iso(row["created_at"]),
+    }
+    if row["business_key"]:
+        task["business_key"] = row["business_key"]
+    if row["concurrency_key"]:
+        task["concurrency_key"] = row["concurrency_key"]
+    return {
+        "type": "task.assign",
+        "attempt_id": row["attempt_id"],
+        "attempt_number": row["attempt_number"],
+        "task": task,
+        **token(row["concurrency_key"], row["concurrency_token"]),
+        "lease_expires_at": iso(row["lease_expires_at"]),
+    }

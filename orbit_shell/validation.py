@@ -1,0 +1,316 @@
+"""Request parsing and field rules. K2 (concurrency key validation) lives here, once.
+
+Each validator is a small object that checks one value and knows its JSON-schema fragment, so
+the OpenAPI document (``api/openapi.py``) is built from the same objects that validate.
+Objects are parsed strictly: unknown fields, wrong types and out-of-range values are
+``INVALID_ARGUMENT`` with a ``details`` entry naming the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidArgument, field_error
+
+MISSING: Any = object()
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+MAX_KEY_CHARS = 191
+
+
+def validate_concurrency_key(value: Any, name: str = "concurrency_key") -> str:
+    """K2: return the normalised key ('' = no key) or raise INVALID_ARGUMENT.
+
+    Omitted (``MISSING``) and ``""`` mean no key; ``None`` (JSON null) is rejected. A key is 1-191
+    Unicode characters of valid UTF-8 (lone surrogates from JSON escapes are rejected), without
+    control characters and without leading or trailing Unicode whitespace. The key is returned
+    unchanged: matching is exact on UTF-8 bytes, with no case folding or normalisation.
+    """
+    if value is MISSING or value == "":
+        return ""
+    if value is None:
+        raise field_error(name, "must be a string; omit it or send \"\" for no key (null is not allowed)")
+    if not isinstance(value, str):
+        raise field_error(name, "must be a string")
+    try:
+        value.encode("utf-8", "strict")
+    except UnicodeEncodeError:
+        raise field_error(name, "must be valid UTF-8 (lone surrogates are not allowed)") from None
+    if len(value) > MAX_KEY_CHARS:
+        raise field_error(name, f"must be at most {MAX_KEY_CHARS} characters")
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise field_error(name, "must not contain control characters")
+    if value[0].isspace() or value[-1].isspace():
+        raise field_error(name, "must not start or end with whitespace")
+    return value
+
+
+class Check:
+    """A field validator: ``check(name, value) -> value``; ``schema`` is its JSON schema."""
+
+    schema: dict[str, Any] = {}
+
+    def __call__(self, name: str, value: Any) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@dataclass
+class Text(Check):
+    min_len: int = 1
+    max_len: int = 200
+    printable_ascii: bool = False
+
+    def __call__(self, name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise field_error(name, "must be a string")
+        if not self.min_len <= len(value) <= self.max_len:
+            raise field_error(name, f"must be {self.min_len} to {self.max_len} characters")
+        try:
+            value.encode("utf-8", "strict")
+        except UnicodeEncodeError:
+            raise field_error(name, "must be valid UTF-8") from None
+        if self.printable_ascii and not all(0x20 <= ord(c) <= 0x7E for c in value):
+            raise field_error(name, "must be printable ASCII")
+        if not self.printable_ascii and any(unicodedata.category(c) == "Cc" for c in value):
+            raise field_error(name, "must not contain control characters")
+        return value
+
+    @property
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+        return {"type": "string", "minLength": self.min_len, "maxLength": self.max_len}
+
+
+@dataclass
+class Integer(Check):
+    minimum: int
+    maximum: int
+    nullable: bool = False
+
+    def __call__(self, name: str, value: Any) -> int | None:
+        if value is None and self.nullable:
+            return None
+        # bool is an int subclass in Python; JSON true is not a number.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise field_error(name, "must be an integer" + (" or null" if self.nullable else ""))
+        if not self.minimum <= value <= self.maximum:
+            raise field_error(name, f"must be between {self.minimum} and {self.maximum}")
+        return value
+
+    @property
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+        kind: Any = ["integer", "null"] if self.nullable else "integer"
+        return {"type": kind, "minimum": self.minimum, "maximum": self.maximum}
+
+
+class Boolean(Check):
+    schema = {"type": "boolean"}
+
+    def __call__(self, name: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise field_error(name, "must be true or false")
+        return value
+
+
+@dataclass
+class Enum(Check):
+    values: tuple[str, ...]
+
+    def __call__(self, name: str, value: Any) -> str:
+        if value not in self.values:
+            raise field_error(name, "must be one of " + ", ".join(self.values))
+        return value
+
+    @property
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+        return {"type": "string", "enum": list(self.values)}
+
+
+class Hex32(Check):
+    schema = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+
+    def __call__(self, name: str, value: Any) -> str:
+        if not isinstance(value, str) or not HEX32.match(value):
+            raise field_error(name, "must be 32 lowercase hexadecimal characters")
+        return value
+
+
+class AnyJson(Check):
+    """Any JSON value (including null)."""
+
+    schema: dict[str, Any] = {}
+
+    def __call__(self, name: str, value: Any) -> Any:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8", "strict")
+        except UnicodeEncodeError:
+            raise field_error(name, "must be valid UTF-8 (lone surrogates are not allowed)") from None
+        return value
+
+
+@dataclass
+class ListOf(Check):
+    item: Check
+    min_items: int = 1
+    max_items: int = 100
+
+    def __call__(self, name: str, value: Any) -> list[Any]:
+        if not isinstance(value, list):
+            raise field_error(name, "must be a list")
+        if not self.min_items <= len(value) <= self.max_items:
+            raise field_error(name, f"must have {self.min_items} to {self.max_items} items")
+        return [self.item(f"{name}[{i}]", v) for i, v in enumerate(value)]
+
+    @property
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+        return {"type": "array", "items": self.item.schema, "minItems": self.min_items,
+                "maxItems": self.max_items}
+
+
+class ConcurrencyKey(Check):
+    schema = {"type": "string", "maxLength": MAX_KEY_CHARS,
+              "description": "K2: omitted or \"\" = no key; 1-191 characters, exact bytes"}
+
+    def __call__(self, name: str, value: Any) -> str:
+        return validate_concurrency_key(value, name)
+
+
+@dataclass
+class Field:
+    check: Check
+    required: bool = False
+    default: Any = MISSING
+
+
+@dataclass
+class Shape:
+    """A strict JSON object shape: named fields, nothing else."""
+
+    fields: dict[str, Field]
+    post: Callable[[dict[str, Any]], None] | None = field(default=None)
+
+    def parse(self, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise InvalidArgument("request body must be a JSON object")
+        unknown = sorted(set(body) - set(self.fields))
+        if unknown:
+            raise InvalidArgument(
+                "unknown field(s): " + ", ".join(unknown),
+                [{"field": name, "message": "unknown field"} for name in unknown],
+            )
+        out: dict[str, Any] = {}
+        for name, spec in self.fields.items():
+            if name in body:
+                out[name] = spec.check(name, body[name])
+            elif spec.required:
+                raise field_error(name, "is required")
+            elif spec.default is not MISSING:
+                out[name] = spec.default
+        if self.post:
+            self.post(out)
+        return out
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "required": [n for n, f in self.fields.items() if f.required],
+            "properties": {n: f.check.schema for n, f in self.fields.items()},
+        }
+
+
+# Shapes of the request bodies -------------------------------------------------------------
+
+def _backoff_order(body: dict[str, Any]) -> None:
+    if body["retry_backoff_max_seconds"] < body["retry_backoff_seconds"]:
+        raise field_error("retry_backoff_max_seconds", "must be >= retry_backoff_seconds")
+
+
+QUEUE_CREATE = Shape(
+    {
+        "name": Field(Text(1, 100), required=True),
+        "max_concurrency": Field(Integer(1, 1_000_000, nullable=True), default=None),
+        "max_unfinished": Field(Integer(1, 1_000_000_000, nullable=True), default=None),
+        "max_attempts": Field(Integer(1, 100), default=3),
+        "lease_seconds": Field(Integer(1, 3600), default=30),
+        "retry_backoff_seconds": Field(Integer(0, 3600), default=1),
+        "retry_backoff_max_seconds": Field(Integer(0, 86400), default=300),
+    },
+    post=_backoff_order,
+)
+
+TASK_FIELDS = {
+    "queue_id": Field(Hex32(), required=True),
+    "handler": Field(Text(1, 200), required=True),
+    "handler_version": Field(Text(1, 64), required=True),
+    "payload_version": Field(Text(1, 64), required=True),
+    "payload": Field(AnyJson(), required=True),
+    "business_key": Field(Text(0, 191), default=""),
+    "concurrency_key": Field(ConcurrencyKey(), default=""),
+    "priority": Field(Integer(0, 9), default=5),
+    "max_attempts": Field(Integer(1, 100, nullable=True), default=None),
+    "deadline_seconds": Field(Integer(1, 31_536_000, nullable=True), default=None),
+}
+TASK_SUBMIT = Shape(TASK_FIELDS)
+TASK_RESOLVE = Shape(
+    {
+        "state": Field(Enum(("SUCCEEDED", "FAILED", "WAITING")), required=True),
+        "note": Field(Text(0, 1000), default=None),
+    }
+)
+EMPTY = Shape({})
+
+WORKER_HELLO = Shape(
+    {
+        "worker_id": Field(Text(1, 191), required=True),
+        "queue_ids": Field(ListOf(Hex32(), 1, 100), required=True),
+        "capacity": Field(Integer(1, 1000), required=True),
+        # Workers that predate keyed concurrency do not send the flag: they are unkeyed (K11).
+        "concurrency_keys": Field(Boolean(), default=False),
+    }
+)
+WORKER_CLAIM = Shape(
+    {
+        "max": Field(Integer(1, 100), default=1),
+        "wait_ms": Field(Integer(0, 30_000), default=0),
+    }
+)
+ATTEMPT_SESSION = Shape({"session_id": Field(Hex32(), required=True)})
+ATTEMPT_RESULT = Shape(
+    {
+        "session_id": Field(Hex32(), required=True),
+        "outcome": Field(Enum(("succeeded", "failed", "unknown")), required=True),
+        "retryable": Field(Boolean(), default=False),
+        "result": Field(AnyJson(), default=None),
+        "error": Field(AnyJson(), default=None),
+    }
+)
+
+IDEMPOTENCY_KEY = Text(1, 255, printable_ascii=True)
+
+
+def idempotency_key(header: str | None) -> str:
+    """Validate the ``Idempotency-Key`` header (required; 1-255 printable ASCII)."""
+    if header is None:
+        raise field_error("Idempotency-Key", "header is required")
+    return IDEMPOTENCY_KEY("Idempotency-Key", header)
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON text (sorted keys, no spaces, UTF-8 kept)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint(normalised: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a normalised request (idempotency comparison)."""
+    return hashlib.sha256(canonical_json(normalised).encode("utf-8")).hexdigest()
+
+
+def stored_json(value: Any) -> str:
+    """JSON text as stored in the database (compact, key order preserved)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
