@@ -106,6 +106,23 @@ def ensure_binaries() -> Binaries:
     return found
 
 
+def isolated_binaries(binaries: Binaries, directory: Path) -> Binaries:
+    """Wrap the scripts that read option files so they run with ``--no-defaults``.
+
+    The system's my.cnf (Debian: ``user = mysql``, a fixed datadir and port) must not leak into
+    a private server; pytest-mysql builds its own command lines, so it gets wrappers whose first
+    argument is ``--no-defaults`` (which must come first).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    wrapped = {}
+    for name in ("mysqld_safe", "install_db"):
+        path = directory / name
+        path.write_text(f'#!/bin/sh\nexec {getattr(binaries, name)} --no-defaults "$@"\n')
+        path.chmod(0o755)
+        wrapped[name] = str(path)
+    return dataclasses.replace(binaries, **wrapped)
+
+
 def free_port() -> int:
     """Ask the kernel for a free TCP port on the loopback interface."""
     with socket.socket() as sock:

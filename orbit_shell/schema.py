@@ -9,6 +9,7 @@ ships (K11).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -61,10 +62,17 @@ def routines_digest() -> str:
     return digest.hexdigest()
 
 
+@contextlib.contextmanager
 def _backend(dsn: str):
+    """A yoyo backend whose connection is closed afterwards (an open one holds metadata locks
+    that block DROP DATABASE and DDL from other sessions)."""
     from yoyo import get_backend
 
-    return get_backend(dsn)
+    backend = get_backend(dsn)
+    try:
+        yield backend
+    finally:
+        backend.connection.close()
 
 
 def _migrations():
@@ -75,8 +83,8 @@ def _migrations():
 
 def status(dsn: str) -> list[tuple[str, bool]]:
     """Return ``(migration id, applied?)`` for every shipped migration."""
-    backend = _backend(dsn)
-    return [(m.id, backend.is_applied(m)) for m in _migrations()]
+    with _backend(dsn) as backend:
+        return [(m.id, backend.is_applied(m)) for m in _migrations()]
 
 
 def apply(dsn: str, until: str | None = None, install: bool = True) -> list[str]:
@@ -85,12 +93,11 @@ def apply(dsn: str, until: str | None = None, install: bool = True) -> list[str]
     Returns:
         The ids of the migrations applied by this call.
     """
-    backend = _backend(dsn)
     migrations = _migrations()
     if until is not None:
         migrations = migrations.filter(lambda m: m.id <= until)
-    pending = backend.to_apply(migrations)
-    with backend.lock():
+    with _backend(dsn) as backend, backend.lock():
+        pending = backend.to_apply(migrations)
         backend.apply_migrations(pending)
     if install:
         install_routines(dsn)

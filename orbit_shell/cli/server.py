@@ -1,0 +1,64 @@
+"""``orbit``: the API server under gunicorn, plus the lease sweeper in every worker process.
+
+Refuses to start when the database schema is not exactly the version this code ships (K11).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from gunicorn.app.base import BaseApplication
+
+from .. import logs, schema
+from ..config import Config
+from ..db import Database
+from ..sweeper import Sweeper
+
+log = logging.getLogger("orbit.server")
+
+
+class OrbitServer(BaseApplication):
+    """gunicorn application running ``create_app`` with threaded workers.
+
+    Threads (gthread) because claim is a bounded long poll: a sync worker would be held for
+    the whole wait.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        super().__init__()
+
+    def load_config(self) -> None:
+        self.cfg.set("bind", self.config.http_addr)
+        self.cfg.set("workers", self.config.http_workers)
+        self.cfg.set("worker_class", "gthread")
+        self.cfg.set("threads", self.config.http_threads)
+        self.cfg.set("timeout", 60)
+        self.cfg.set("graceful_timeout", 20)
+        self.cfg.set("post_worker_init", self._post_worker_init)
+
+    def _post_worker_init(self, worker) -> None:
+        if self.config.sweep_interval > 0:
+            Sweeper(Database(self.config.dsn, pool_size=2), self.config.sweep_interval).start()
+
+    def load(self):
+        from ..api.app import create_app
+
+        return create_app(self.config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logs.configure()
+    config = Config.from_env()
+    try:
+        schema.check(config.dsn)
+    except schema.SchemaMismatch as exc:
+        print(f"orbit: refusing to start: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - CLI boundary: say why, exit non-zero
+        print(f"orbit: cannot reach the database: {exc}", file=sys.stderr)
+        return 1
+    log.info("starting", extra={"action": "server.start", "addr": config.http_addr})
+    OrbitServer(config).run()
+    return 0
