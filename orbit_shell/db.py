@@ -146,7 +146,9 @@ class Database:
                 mapped = map_error(exc)
                 if mapped is None and attempt < DEADLOCK_RETRIES:
                     log.info(
-                        "retrying %s after %s", procedure, exc.args[0],
+                        "retrying %s after %s",
+                        procedure,
+                        exc.args[0],
                         extra={"action": "db.retry", "procedure": procedure},
                     )
                     self._sleep(random.uniform(0.001, 0.01) * (attempt + 1))
@@ -154,8 +156,12 @@ class Database:
                 if mapped is None:
                     raise errors.Unavailable("database busy; retry later") from exc
                 if isinstance(mapped, errors.Internal):
-                    log.error("procedure %s failed: %r", procedure, exc,
-                              extra={"action": "db.error", "procedure": procedure})
+                    log.error(
+                        "procedure %s failed: %r",
+                        procedure,
+                        exc,
+                        extra={"action": "db.error", "procedure": procedure},
+                    )
                 raise mapped from exc
         raise AssertionError("unreachable")
 

@@ -115,7 +115,8 @@ def install_routines(dsn: str) -> int:
             cur.execute(
                 "INSERT INTO orbit_meta (meta_key, meta_value, updated_at) "
                 "VALUES ('routines_digest', %s, UTC_TIMESTAMP(6)) "
-                "ON DUPLICATE KEY UPDATE meta_value = VALUES(meta_value), updated_at = VALUES(updated_at)",
+                "ON DUPLICATE KEY UPDATE meta_value = VALUES(meta_value), "
+                "updated_at = VALUES(updated_at)",
                 (routines_digest(),),
             )
         return len(routines())

@@ -25,8 +25,7 @@ TASK_COLUMNS = (
     "s.public_id AS schedule_public_id"
 )
 TASK_FROM = (
-    "FROM tasks t JOIN queues q ON q.id = t.queue_id "
-    "LEFT JOIN schedules s ON s.id = t.schedule_id"
+    "FROM tasks t JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"
 )
 ATTEMPT_COLUMNS = (
     "a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state, "

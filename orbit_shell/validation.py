@@ -34,7 +34,9 @@ def validate_concurrency_key(value: Any, name: str = "concurrency_key") -> str:
     if value is MISSING or value == "":
         return ""
     if value is None:
-        raise field_error(name, "must be a string; omit it or send \"\" for no key (null is not allowed)")
+        raise field_error(
+            name, 'must be a string; omit it or send "" for no key (null is not allowed)'
+        )
     if not isinstance(value, str):
         raise field_error(name, "must be a string")
     try:
@@ -148,7 +150,9 @@ class AnyJson(Check):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8", "strict")
         except UnicodeEncodeError:
-            raise field_error(name, "must be valid UTF-8 (lone surrogates are not allowed)") from None
+            raise field_error(
+                name, "must be valid UTF-8 (lone surrogates are not allowed)"
+            ) from None
         return value
 
 
@@ -167,13 +171,20 @@ class ListOf(Check):
 
     @property
     def schema(self) -> dict[str, Any]:  # type: ignore[override]
-        return {"type": "array", "items": self.item.schema, "minItems": self.min_items,
-                "maxItems": self.max_items}
+        return {
+            "type": "array",
+            "items": self.item.schema,
+            "minItems": self.min_items,
+            "maxItems": self.max_items,
+        }
 
 
 class ConcurrencyKey(Check):
-    schema = {"type": "string", "maxLength": MAX_KEY_CHARS,
-              "description": "K2: omitted or \"\" = no key; 1-191 characters, exact bytes"}
+    schema = {
+        "type": "string",
+        "maxLength": MAX_KEY_CHARS,
+        "description": 'K2: omitted or "" = no key; 1-191 characters, exact bytes',
+    }
 
     def __call__(self, name: str, value: Any) -> str:
         return validate_concurrency_key(value, name)
@@ -225,6 +236,7 @@ class Shape:
 
 
 # Shapes of the request bodies -------------------------------------------------------------
+
 
 def _backoff_order(body: dict[str, Any]) -> None:
     if body["retry_backoff_max_seconds"] < body["retry_backoff_seconds"]:

@@ -30,15 +30,19 @@ EXTERNAL_DSN = os.environ.get("ORBIT_TEST_MYSQL_DSN")
 
 if EXTERNAL_DSN:
     _url = urlparse(EXTERNAL_DSN)
-    mysql_server = factories.mysql_noproc(host=_url.hostname, port=_url.port or 3306,
-                                          user=_url.username or "root")
+    mysql_server = factories.mysql_noproc(
+        host=_url.hostname, port=_url.port or 3306, user=_url.username or "root"
+    )
 else:
     _bin = localdb.isolated_binaries(
         localdb.ensure_binaries(), Path(__file__).resolve().parent.parent / ".scratch" / "bin"
     )
     mysql_server = factories.mysql_proc(
-        mysqld_exec=_bin.mysqld, mysqld_safe=_bin.mysqld_safe, install_db=_bin.install_db,
-        admin_executable=_bin.admin, params=" ".join(localdb.SERVER_OPTIONS),
+        mysqld_exec=_bin.mysqld,
+        mysqld_safe=_bin.mysqld_safe,
+        install_db=_bin.install_db,
+        admin_executable=_bin.admin,
+        params=" ".join(localdb.SERVER_OPTIONS),
     )
 
 
@@ -58,8 +62,14 @@ class ServerInfo:
         return f"mysql://{auth}@{self.host}:{self.port}/{database}{tail}"
 
     def root(self) -> pymysql.connections.Connection:
-        kwargs = dict(host=self.host, port=self.port, user=self.user, password=self.password,
-                      autocommit=True, charset="utf8mb4")
+        kwargs = dict(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            autocommit=True,
+            charset="utf8mb4",
+        )
         if self.socket:
             kwargs["unix_socket"] = self.socket
         return pymysql.connect(**kwargs)
@@ -80,8 +90,13 @@ def server(request) -> ServerInfo:
     proc = request.getfixturevalue("mysql_server")
     if EXTERNAL_DSN:
         url = urlparse(EXTERNAL_DSN)
-        return ServerInfo(url.hostname or "127.0.0.1", url.port or 3306, url.username or "root",
-                          url.password or "", None)
+        return ServerInfo(
+            url.hostname or "127.0.0.1",
+            url.port or 3306,
+            url.username or "root",
+            url.password or "",
+            None,
+        )
     return ServerInfo("localhost", proc.port, proc.user, "", proc.unixsocket)
 
 
@@ -140,15 +155,23 @@ def make_tenant(database: Database, tmp_path, worker_access: bool = True, **name
     app_name = names.get("application") or "app-" + secrets.token_hex(6)
     ns_name = names.get("namespace") or "ns"
     out = tmp_path / f"cred-{secrets.token_hex(4)}.json"
-    doc = bootstrap(database, argparse.Namespace(
-        application=app_name, environment=names.get("environment", "test"),
-        namespace=ns_name, queue=names.get("queue", "default"), worker_access=worker_access,
-        output=str(out)))
+    doc = bootstrap(
+        database,
+        argparse.Namespace(
+            application=app_name,
+            environment=names.get("environment", "test"),
+            namespace=ns_name,
+            queue=names.get("queue", "default"),
+            worker_access=worker_access,
+            output=str(out),
+        ),
+    )
     [row] = database.query(
         "SELECT n.id AS ns, n.application_id AS app FROM namespaces n JOIN applications a "
         "ON a.id = n.application_id JOIN environments e ON e.id = n.environment_id "
         "WHERE a.name = %s AND e.name = %s AND n.name = %s",
-        (app_name, names.get("environment", "test"), ns_name))
+        (app_name, names.get("environment", "test"), ns_name),
+    )
     return Tenant(doc["token"], doc["queue_id"], app_name, ns_name, row["ns"], row["app"])
 
 

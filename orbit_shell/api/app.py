@@ -29,9 +29,17 @@ from .workers import Workers
 log = logging.getLogger("orbit.api")
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 STATUS_CODES = {
-    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-    405: "NOT_FOUND", 409: "STATE_CONFLICT", 411: "INVALID_ARGUMENT", 413: "PAYLOAD_TOO_LARGE",
-    415: "UNSUPPORTED_MEDIA_TYPE", 429: "QUOTA_EXCEEDED", 503: "UNAVAILABLE",
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "NOT_FOUND",
+    409: "STATE_CONFLICT",
+    411: "INVALID_ARGUMENT",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    429: "QUOTA_EXCEEDED",
+    503: "UNAVAILABLE",
 }
 
 
@@ -41,11 +49,15 @@ class RequestContext:
     def __init__(self, database: Database, registry: CollectorRegistry) -> None:
         self.db = database
         self.requests = Counter(
-            "orbit_http_requests", "HTTP requests", ["method", "route", "status"],
+            "orbit_http_requests",
+            "HTTP requests",
+            ["method", "route", "status"],
             registry=registry,
         )
         self.latency = Histogram(
-            "orbit_http_request_seconds", "HTTP request latency", ["method", "route"],
+            "orbit_http_request_seconds",
+            "HTTP request latency",
+            ["method", "route"],
             registry=registry,
         )
 
@@ -95,8 +107,9 @@ def _unexpected(req, resp, ex: Exception, params) -> None:
     resp.media = _error_body(req, "INTERNAL", "internal error", [])
 
 
-def create_app(config: Config, database: Database | None = None,
-               registry: CollectorRegistry | None = None) -> falcon.App:
+def create_app(
+    config: Config, database: Database | None = None, registry: CollectorRegistry | None = None
+) -> falcon.App:
     """Build the WSGI app. Connections are opened lazily, so it is safe before a fork."""
     database = database or Database(config.dsn, pool_size=config.db_pool_size)
     registry = registry or CollectorRegistry()

@@ -32,15 +32,23 @@ class Attempts:
     def on_post_result(self, req: falcon.Request, resp: falcon.Response, attempt_id: str) -> None:
         s, body = self._prepare(req, attempt_id, validation.ATTEMPT_RESULT)
         [[row]] = s.db.call(
-            "attempt_result", s.namespace_id, body["session_id"], attempt_id, body["outcome"],
+            "attempt_result",
+            s.namespace_id,
+            body["session_id"],
+            attempt_id,
+            body["outcome"],
             int(body["retryable"]),
             None if body["result"] is None else validation.canonical_json(body["result"]),
             None if body["error"] is None else validation.canonical_json(body["error"]),
         )
         task = s.task(row["task_id"])
         attempt = next(a for a in s.attempts(row["task_id"]) if a["attempt_id"] == attempt_id)
-        ok(req, resp, {
-            "attempt": serialize.attempt(attempt),
-            "task": serialize.task_detail(task),
-            "duplicate": bool(row["duplicate"]),
-        })
+        ok(
+            req,
+            resp,
+            {
+                "attempt": serialize.attempt(attempt),
+                "task": serialize.task_detail(task),
+                "duplicate": bool(row["duplicate"]),
+            },
+        )

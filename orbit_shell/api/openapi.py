@@ -7,9 +7,20 @@ from typing import Any
 
 from .routes import ROUTES
 
-ERROR_CODES = ["INVALID_ARGUMENT", "UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND",
-               "IDEMPOTENCY_CONFLICT", "STATE_CONFLICT", "LEASE_LOST", "PAYLOAD_TOO_LARGE",
-               "UNSUPPORTED_MEDIA_TYPE", "QUOTA_EXCEEDED", "UNAVAILABLE", "INTERNAL"]
+ERROR_CODES = [
+    "INVALID_ARGUMENT",
+    "UNAUTHENTICATED",
+    "PERMISSION_DENIED",
+    "NOT_FOUND",
+    "IDEMPOTENCY_CONFLICT",
+    "STATE_CONFLICT",
+    "LEASE_LOST",
+    "PAYLOAD_TOO_LARGE",
+    "UNSUPPORTED_MEDIA_TYPE",
+    "QUOTA_EXCEEDED",
+    "UNAVAILABLE",
+    "INTERNAL",
+]
 PARAM_PATTERNS = {"number": "^[0-9]+$"}
 TASK_LIST_PARAMS = ["queue_id", "state", "business_key", "concurrency_key", "cursor", "limit"]
 
@@ -20,17 +31,31 @@ def build() -> dict[str, Any]:
         item = paths.setdefault(route.path, {})
         for method, op in route.ops.items():
             params = [
-                {"name": name, "in": "path", "required": True,
-                 "schema": {"type": "string",
-                            "pattern": PARAM_PATTERNS.get(name, "^[0-9a-f]{32}$")}}
+                {
+                    "name": name,
+                    "in": "path",
+                    "required": True,
+                    "schema": {
+                        "type": "string",
+                        "pattern": PARAM_PATTERNS.get(name, "^[0-9a-f]{32}$"),
+                    },
+                }
                 for name in re.findall(r"{(\w+)}", route.path)
             ]
             if route.path == "/v1/tasks" and method == "post":
-                params.append({"name": "Idempotency-Key", "in": "header", "required": True,
-                               "schema": {"type": "string", "minLength": 1, "maxLength": 255}})
+                params.append(
+                    {
+                        "name": "Idempotency-Key",
+                        "in": "header",
+                        "required": True,
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                    }
+                )
             if route.path == "/v1/tasks" and method == "get":
-                params += [{"name": n, "in": "query", "required": False,
-                            "schema": {"type": "string"}} for n in TASK_LIST_PARAMS]
+                params += [
+                    {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
+                    for n in TASK_LIST_PARAMS
+                ]
             operation: dict[str, Any] = {
                 "summary": op.summary,
                 "operationId": f"{method}_{route.resource}_{route.suffix or 'collection'}",
@@ -50,21 +75,33 @@ def build() -> dict[str, Any]:
             item[method] = operation
     return {
         "openapi": "3.0.3",
-        "info": {"title": "Orbit", "version": "1",
-                 "description": "Task platform with keyed concurrency and fencing tokens."},
+        "info": {
+            "title": "Orbit",
+            "version": "1",
+            "description": "Task platform with keyed concurrency and fencing tokens.",
+        },
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
-                "Envelope": {"type": "object", "required": ["data", "request_id"],
-                             "properties": {"data": {}, "request_id": {"type": "string"}}},
+                "Envelope": {
+                    "type": "object",
+                    "required": ["data", "request_id"],
+                    "properties": {"data": {}, "request_id": {"type": "string"}},
+                },
                 "Error": {
-                    "type": "object", "required": ["error", "request_id"],
+                    "type": "object",
+                    "required": ["error", "request_id"],
                     "properties": {
-                        "error": {"type": "object", "required": ["code", "message", "details"],
-                                  "properties": {"code": {"type": "string", "enum": ERROR_CODES},
-                                                 "message": {"type": "string"},
-                                                 "details": {"type": "array"}}},
+                        "error": {
+                            "type": "object",
+                            "required": ["code", "message", "details"],
+                            "properties": {
+                                "code": {"type": "string", "enum": ERROR_CODES},
+                                "message": {"type": "string"},
+                                "details": {"type": "array"},
+                            },
+                        },
                         "request_id": {"type": "string"},
                     },
                 },
@@ -74,15 +111,22 @@ def build() -> dict[str, Any]:
 
 
 def _responses(op) -> dict[str, Any]:
-    error = {"description": "Error", "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/Error"}}}}
+    error = {
+        "description": "Error",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
     if op.response == "Text":
-        ok = {"description": "Prometheus text", "content": {"text/plain": {"schema": {"type": "string"}}}}
+        ok = {
+            "description": "Prometheus text",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
     elif op.response == "Raw":
         ok = {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
     else:
-        ok = {"description": "OK", "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/Envelope"}}}}
+        ok = {
+            "description": "OK",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}},
+        }
     responses = {str(op.status): ok, "default": error}
     if op.status == 201:
         responses["200"] = ok  # idempotent replay of a submission

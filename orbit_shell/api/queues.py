@@ -16,9 +16,16 @@ class Queues:
         s = scope(req, "queues:manage")
         body = read_json(req, validation.QUEUE_CREATE, self.max_body)
         [[row]] = s.db.call(
-            "queue_create", s.namespace_id, s.principal.application_id, body["name"],
-            body["max_concurrency"], body["max_unfinished"], body["max_attempts"],
-            body["lease_seconds"], body["retry_backoff_seconds"], body["retry_backoff_max_seconds"],
+            "queue_create",
+            s.namespace_id,
+            s.principal.application_id,
+            body["name"],
+            body["max_concurrency"],
+            body["max_unfinished"],
+            body["max_attempts"],
+            body["lease_seconds"],
+            body["retry_backoff_seconds"],
+            body["retry_backoff_max_seconds"],
         )
         ok(req, resp, serialize.queue(s.queue(row["queue_id"])), falcon.HTTP_201)
 

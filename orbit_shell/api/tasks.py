@@ -8,8 +8,16 @@ from .. import errors, serialize, validation
 from ..scoped import MAX_PAGE, decode_cursor, encode_cursor
 from .common import ok, read_json, scope
 
-STATES = ("WAITING", "LEASED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "NEEDS_REVIEW",
-          "DEADLINE_EXCEEDED")
+STATES = (
+    "WAITING",
+    "LEASED",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "NEEDS_REVIEW",
+    "DEADLINE_EXCEEDED",
+)
 
 
 class Tasks:
@@ -22,11 +30,24 @@ class Tasks:
         body = read_json(req, validation.TASK_SUBMIT, self.max_body)
         queue = s.queue(body["queue_id"])
         [[row]] = s.db.call(
-            "task_submit", s.namespace_id, queue["id"], idem, validation.fingerprint(body),
-            body["handler"], body["handler_version"], body["payload_version"],
-            validation.stored_json(body["payload"]), body["business_key"],
-            body["concurrency_key"], body["priority"], body["max_attempts"],
-            body["deadline_seconds"], s.principal.actor, None, None, None,
+            "task_submit",
+            s.namespace_id,
+            queue["id"],
+            idem,
+            validation.fingerprint(body),
+            body["handler"],
+            body["handler_version"],
+            body["payload_version"],
+            validation.stored_json(body["payload"]),
+            body["business_key"],
+            body["concurrency_key"],
+            body["priority"],
+            body["max_attempts"],
+            body["deadline_seconds"],
+            s.principal.actor,
+            None,
+            None,
+            None,
         )
         status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
         ok(req, resp, serialize.task_detail(s.task(row["task_id"])), status)
@@ -34,8 +55,10 @@ class Tasks:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "tasks:read")
         params = dict(req.params)
-        unknown = sorted(set(params) - {"queue_id", "state", "business_key", "concurrency_key",
-                                        "cursor", "limit"})
+        unknown = sorted(
+            set(params)
+            - {"queue_id", "state", "business_key", "concurrency_key", "cursor", "limit"}
+        )
         if unknown:
             raise errors.InvalidArgument(
                 "unknown query parameter(s): " + ", ".join(unknown),
@@ -49,9 +72,13 @@ class Tasks:
         if "state" in params:
             filters["state"] = validation.Enum(STATES)("state", params["state"])
         if "business_key" in params:
-            filters["business_key"] = validation.Text(0, 191)("business_key", params["business_key"])
+            filters["business_key"] = validation.Text(0, 191)(
+                "business_key", params["business_key"]
+            )
         if "concurrency_key" in params:
-            filters["concurrency_key"] = validation.validate_concurrency_key(params["concurrency_key"])
+            filters["concurrency_key"] = validation.validate_concurrency_key(
+                params["concurrency_key"]
+            )
         limit = 50
         if "limit" in params:
             try:
@@ -82,16 +109,27 @@ class Tasks:
 
     def on_get_history(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
         s = scope(req, "tasks:read")
-        ok(req, resp, [
-            {
-                "event": h["event"], "from_state": h["from_state"], "to_state": h["to_state"],
-                "actor": h["actor"], "details": h["details"], "attempt_id": h["attempt_id"],
-                **({"concurrency_token": str(h["concurrency_token"])}
-                   if h["concurrency_token"] else {}),
-                "at": serialize.iso(h["created_at"]),
-            }
-            for h in s.history(task_id)
-        ])
+        ok(
+            req,
+            resp,
+            [
+                {
+                    "event": h["event"],
+                    "from_state": h["from_state"],
+                    "to_state": h["to_state"],
+                    "actor": h["actor"],
+                    "details": h["details"],
+                    "attempt_id": h["attempt_id"],
+                    **(
+                        {"concurrency_token": str(h["concurrency_token"])}
+                        if h["concurrency_token"]
+                        else {}
+                    ),
+                    "at": serialize.iso(h["created_at"]),
+                }
+                for h in s.history(task_id)
+            ],
+        )
 
     def on_post_cancel(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
         s = scope(req, "tasks:submit")
@@ -104,6 +142,7 @@ class Tasks:
         s = scope(req, "tasks:submit")
         body = read_json(req, validation.TASK_RESOLVE, self.max_body)
         s.task(task_id)
-        s.db.call("task_resolve", s.namespace_id, task_id, body["state"], s.principal.actor,
-                  body["note"])
+        s.db.call(
+            "task_resolve", s.namespace_id, task_id, body["state"], s.principal.actor, body["note"]
+        )
         ok(req, resp, serialize.task_detail(s.task(task_id)))

@@ -21,21 +21,29 @@ class Workers:
         s = scope(req, "workers:connect")
         body = read_json(req, validation.WORKER_HELLO, self.max_body)
         queue_ids = sorted({s.queue(q)["id"] for q in body["queue_ids"]})
-        registration = validation.fingerprint(
-            {"queues": queue_ids, "capacity": body["capacity"]}
-        )
+        registration = validation.fingerprint({"queues": queue_ids, "capacity": body["capacity"]})
         session, in_flight = s.db.call(
-            "worker_hello", s.namespace_id, s.principal.application_id, body["worker_id"],
-            body["capacity"], int(body["concurrency_keys"]), json.dumps(queue_ids), registration,
+            "worker_hello",
+            s.namespace_id,
+            s.principal.application_id,
+            body["worker_id"],
+            body["capacity"],
+            int(body["concurrency_keys"]),
+            json.dumps(queue_ids),
+            registration,
         )
         row = session[0]
-        ok(req, resp, {
-            "session_id": row["session_id"],
-            "lease_seconds": row["lease_seconds"],
-            "capacity": row["capacity"],
-            "concurrency_keys": bool(row["concurrency_keys"]),
-            "in_flight": [serialize.assignment(r) for r in in_flight],
-        })
+        ok(
+            req,
+            resp,
+            {
+                "session_id": row["session_id"],
+                "lease_seconds": row["lease_seconds"],
+                "capacity": row["capacity"],
+                "concurrency_keys": bool(row["concurrency_keys"]),
+                "in_flight": [serialize.assignment(r) for r in in_flight],
+            },
+        )
 
     def on_post_claim(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
         s = scope(req, "workers:consume")
@@ -58,8 +66,14 @@ class Workers:
         validation.Hex32()("session_id", session_id)
         read_json(req, validation.EMPTY, self.max_body)
         [[row]] = s.db.call("worker_goodbye", s.namespace_id, session_id)
-        ok(req, resp, {
-            "session_id": row["session_id"], "state": row["state"],
-            "in_flight": row["in_flight"], "capacity": row["capacity"],
-            "concurrency_keys": bool(row["concurrency_keys"]),
-        })
+        ok(
+            req,
+            resp,
+            {
+                "session_id": row["session_id"],
+                "state": row["state"],
+                "in_flight": row["in_flight"],
+                "capacity": row["capacity"],
+                "concurrency_keys": bool(row["concurrency_keys"]),
+            },
+        )

@@ -20,8 +20,15 @@ def bootstrap(database: Database, args: argparse.Namespace) -> dict:
     scopes = BASE_SCOPES + (WORKER_SCOPES if args.worker_access else ())
     token, public_id, digest = auth.new_token()
     [[row]] = database.call(
-        "tenant_bootstrap", args.application, args.environment, args.namespace, args.queue,
-        public_id, digest, ",".join(scopes), f"bootstrap {args.application}/{args.namespace}",
+        "tenant_bootstrap",
+        args.application,
+        args.environment,
+        args.namespace,
+        args.queue,
+        public_id,
+        digest,
+        ",".join(scopes),
+        f"bootstrap {args.application}/{args.namespace}",
     )
     document = {
         "token": token,

@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             applied = schema.apply(dsn)
             print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
-            print(f"installed {len(schema.routines())} routine(s), digest {schema.routines_digest()[:12]}")
+            digest = schema.routines_digest()[:12]
+            print(f"installed {len(schema.routines())} routine(s), digest {digest}")
         else:
             for migration_id, applied in schema.status(dsn):
                 print(f"{'applied' if applied else 'pending'}  {migration_id}")

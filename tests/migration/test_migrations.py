@@ -31,37 +31,55 @@ def test_apply_from_empty_then_again_is_harmless(fresh_dsn):
 def test_installed_routines_are_exactly_the_procedure_files(fresh_dsn):
     schema.apply(fresh_dsn)
     schema.install_routines(fresh_dsn)  # a second install re-creates, never duplicates
-    rows = _rows(fresh_dsn, "SELECT routine_name AS n, routine_type AS t, security_type AS s "
-                 "FROM information_schema.routines WHERE routine_schema = DATABASE()")
+    rows = _rows(
+        fresh_dsn,
+        "SELECT routine_name AS n, routine_type AS t, security_type AS s "
+        "FROM information_schema.routines WHERE routine_schema = DATABASE()",
+    )
     installed = {(r["n"], r["t"]) for r in rows}
     assert installed == {(r.name, r.kind) for r in schema.routines()}
     assert {r["s"] for r in rows} == {"DEFINER"}  # W9: procedures run as their definer
 
 
 def test_schema_has_no_foreign_keys_and_every_table_and_column_is_commented(orbit_dsn):
-    fks = _rows(orbit_dsn, "SELECT COUNT(*) AS n FROM information_schema.referential_constraints "
-                "WHERE constraint_schema = DATABASE()")
+    fks = _rows(
+        orbit_dsn,
+        "SELECT COUNT(*) AS n FROM information_schema.referential_constraints "
+        "WHERE constraint_schema = DATABASE()",
+    )
     assert fks[0]["n"] == 0
-    tables = _rows(orbit_dsn, "SELECT table_name AS t, table_comment AS c FROM "
-                   "information_schema.tables WHERE table_schema = DATABASE() "
-                   "AND table_name <> '_yoyo_migration' AND table_name NOT LIKE '\\_yoyo%%' "
-                   "AND table_name <> 'yoyo_lock'")
+    tables = _rows(
+        orbit_dsn,
+        "SELECT table_name AS t, table_comment AS c FROM "
+        "information_schema.tables WHERE table_schema = DATABASE() "
+        "AND table_name <> '_yoyo_migration' AND table_name NOT LIKE '\\_yoyo%%' "
+        "AND table_name <> 'yoyo_lock'",
+    )
     assert tables and all(r["c"] for r in tables), [r["t"] for r in tables if not r["c"]]
-    columns = _rows(orbit_dsn, "SELECT table_name AS t, column_name AS c, column_comment AS m "
-                    "FROM information_schema.columns WHERE table_schema = DATABASE() "
-                    "AND table_name NOT LIKE '\\_yoyo%%' AND table_name <> 'yoyo_lock'")
+    columns = _rows(
+        orbit_dsn,
+        "SELECT table_name AS t, column_name AS c, column_comment AS m "
+        "FROM information_schema.columns WHERE table_schema = DATABASE() "
+        "AND table_name NOT LIKE '\\_yoyo%%' AND table_name <> 'yoyo_lock'",
+    )
     missing = [f"{r['t']}.{r['c']}" for r in columns if not r["m"]]
     assert not missing
 
 
 def test_tables_are_utf8mb4_and_keys_compare_byte_exactly(orbit_dsn):
-    rows = _rows(orbit_dsn, "SELECT table_name AS t, table_collation AS c FROM "
-                 "information_schema.tables WHERE table_schema = DATABASE() "
-                 "AND table_name NOT LIKE '\\_yoyo%%' AND table_name <> 'yoyo_lock'")
+    rows = _rows(
+        orbit_dsn,
+        "SELECT table_name AS t, table_collation AS c FROM "
+        "information_schema.tables WHERE table_schema = DATABASE() "
+        "AND table_name NOT LIKE '\\_yoyo%%' AND table_name <> 'yoyo_lock'",
+    )
     assert {r["c"] for r in rows} == {"utf8mb4_bin"}
-    keys = _rows(orbit_dsn, "SELECT table_name AS t, collation_name AS c FROM "
-                 "information_schema.columns WHERE table_schema = DATABASE() "
-                 "AND column_name = 'concurrency_key'")
+    keys = _rows(
+        orbit_dsn,
+        "SELECT table_name AS t, collation_name AS c FROM "
+        "information_schema.columns WHERE table_schema = DATABASE() "
+        "AND column_name = 'concurrency_key'",
+    )
     assert {r["t"] for r in keys} == {"tasks", "concurrency_resources"}
     assert {r["c"] for r in keys} == {"utf8mb4_bin"}
 
@@ -74,22 +92,27 @@ def test_k11_upgrade_backfills_legacy_rows(fresh_dsn):
         with conn.cursor() as cur:
             now = "UTC_TIMESTAMP(6)"
             cur.execute(f"INSERT INTO applications (name, created_at) VALUES ('legacy', {now})")
-            cur.execute(f"INSERT INTO queues (public_id, namespace_id, application_id, name, "
-                        f"created_at, updated_at) VALUES (REPEAT('a', 32), 1, 1, 'q', {now}, {now})")
+            cur.execute(
+                f"INSERT INTO queues (public_id, namespace_id, application_id, name, "
+                f"created_at, updated_at) VALUES (REPEAT('a', 32), 1, 1, 'q', {now}, {now})"
+            )
             cur.execute(
                 "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
                 "idempotency_key, handler, handler_version, payload_version, payload, "
                 "business_key, priority, state, lane, max_attempts, available_at, created_at, "
                 f"updated_at) VALUES (REPEAT('b', 32), 1, 1, 1, 'k', 'h', 'v1', 'v1', '{{}}', "
-                f"'order-7', 5, 'RUNNING', NULL, 3, {now}, {now}, {now})")
+                f"'order-7', 5, 'RUNNING', NULL, 3, {now}, {now}, {now})"
+            )
             cur.execute(
                 "INSERT INTO worker_sessions (public_id, namespace_id, application_id, worker_id, "
                 "capacity, registration_sha256, created_at, last_seen_at) VALUES "
-                f"(REPEAT('c', 32), 1, 1, 'old-worker', 2, REPEAT('0', 64), {now}, {now})")
+                f"(REPEAT('c', 32), 1, 1, 'old-worker', 2, REPEAT('0', 64), {now}, {now})"
+            )
             cur.execute(
                 "INSERT INTO attempts (public_id, task_id, namespace_id, application_id, "
                 "queue_id, session_id, attempt_number, state, lease_expires_at, created_at) "
-                f"VALUES (REPEAT('d', 32), 1, 1, 1, 1, 1, 1, 'RUNNING', {now}, {now})")
+                f"VALUES (REPEAT('d', 32), 1, 1, 1, 1, 1, 1, 'RUNNING', {now}, {now})"
+            )
     finally:
         conn.close()
     with pytest.raises(schema.SchemaMismatch, match="older"):
@@ -110,13 +133,17 @@ def test_server_refuses_newer_schema_and_foreign_routines(fresh_dsn):
     conn = db.connect(fresh_dsn)
     try:
         with conn.cursor() as cur:
-            cur.execute("UPDATE orbit_meta SET meta_value = 'other' WHERE meta_key = 'routines_digest'")
+            cur.execute(
+                "UPDATE orbit_meta SET meta_value = 'other' WHERE meta_key = 'routines_digest'"
+            )
         with pytest.raises(schema.SchemaMismatch, match="routines"):
             schema.check(fresh_dsn)
         schema.install_routines(fresh_dsn)
         with conn.cursor() as cur:
-            cur.execute("INSERT INTO _yoyo_migration (migration_hash, migration_id, applied_at_utc) "
-                        "VALUES (REPEAT('f', 64), '999999_from_the_future', UTC_TIMESTAMP())")
+            cur.execute(
+                "INSERT INTO _yoyo_migration (migration_hash, migration_id, applied_at_utc) "
+                "VALUES (REPEAT('f', 64), '999999_from_the_future', UTC_TIMESTAMP())"
+            )
         with pytest.raises(schema.SchemaMismatch, match="newer"):
             schema.check(fresh_dsn)
     finally:
@@ -132,14 +159,19 @@ def test_every_routine_file_has_a_contract_header_and_procedures_have_exit_handl
     for routine in schema.routines():
         assert routine.body.lstrip().startswith("--"), routine.name
         if "START TRANSACTION" in routine.body:
-            assert "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END" in routine.body
+            assert (
+                "DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END"
+                in routine.body
+            )
 
 
 def test_helper_routines_never_control_transactions():
     """Helpers run inside their caller's transaction: a COMMIT there would split it."""
     for routine in schema.routines():
         if "Helper" in routine.body.split("CREATE", 1)[0]:
-            assert "COMMIT" not in routine.body and "START TRANSACTION" not in routine.body, routine.name
+            assert "COMMIT" not in routine.body and "START TRANSACTION" not in routine.body, (
+                routine.name
+            )
 
 
 def test_pymysql_reads_signal_errors_as_1644(orbit_dsn):

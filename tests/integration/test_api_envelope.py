@@ -1,0 +1,234 @@
+"""SPEC 2 envelope, errors and auth: every error is JSON in the envelope, scopes are enforced,
+other namespaces are 404."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+from falcon import testing
+
+from orbit_shell import auth
+from orbit_shell.api.app import create_app
+from orbit_shell.cli.admin import bootstrap
+from orbit_shell.config import Config
+from orbit_shell.db import Database
+
+
+def _assert_error(result, status, code):
+    assert result.status_code == status, result.text
+    body = result.json
+    assert set(body) == {"error", "request_id"}
+    assert body["error"]["code"] == code
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    assert isinstance(body["error"]["details"], list)
+    assert result.headers["X-Request-Id"] == body["request_id"]
+    assert "Traceback" not in result.text
+
+
+def test_success_envelope_and_request_id(client, tenant):
+    result = client.simulate_get("/v1/queues", headers={**tenant.headers, "X-Request-Id": "abc-1"})
+    assert result.status_code == 200
+    assert result.json["request_id"] == "abc-1"
+    assert [q["queue_id"] for q in result.json["data"]] == [tenant.queue_id]
+
+
+@pytest.mark.parametrize("path", ["/nope", "/v1/tasks/x/y/z", "/v1"])
+def test_unknown_routes_are_404_envelopes(client, path):
+    _assert_error(client.simulate_get(path), 404, "NOT_FOUND")
+
+
+def test_unknown_method_is_404_envelope(client, tenant):
+    _assert_error(client.simulate_delete("/v1/queues", headers=tenant.headers), 404, "NOT_FOUND")
+
+
+def test_bad_json_oversized_and_wrong_media_type(client, tenant):
+    h = {**tenant.headers, "Idempotency-Key": "k1", "Content-Type": "application/json"}
+    _assert_error(
+        client.simulate_post("/v1/tasks", body="{not json", headers=h), 400, "INVALID_ARGUMENT"
+    )
+    _assert_error(
+        client.simulate_post("/v1/tasks", body=b"\xff\xfe", headers=h), 400, "INVALID_ARGUMENT"
+    )
+    _assert_error(client.simulate_post("/v1/tasks", body="[1]", headers=h), 400, "INVALID_ARGUMENT")
+    big = json.dumps({"payload": "x" * (1024 * 1024)})
+    _assert_error(client.simulate_post("/v1/tasks", body=big, headers=h), 413, "PAYLOAD_TOO_LARGE")
+    _assert_error(
+        client.simulate_post("/v1/tasks", body="{}", headers={**h, "Content-Type": "text/plain"}),
+        415,
+        "UNSUPPORTED_MEDIA_TYPE",
+    )
+
+
+def test_unknown_fields_are_rejected_with_details(client, tenant):
+    result = client.simulate_post(
+        "/v1/queues", json={"name": "q2", "colour": "red"}, headers=tenant.headers
+    )
+    _assert_error(result, 400, "INVALID_ARGUMENT")
+    assert result.json["error"]["details"] == [{"field": "colour", "message": "unknown field"}]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [None, "Basic abc", "Bearer ", "Bearer orb_0000000000000000_" + "A" * 43, "Bearer not-a-token"],
+)
+def test_bad_credentials_are_401(client, header):
+    headers = {"Authorization": header} if header else {}
+    _assert_error(client.simulate_get("/v1/queues", headers=headers), 401, "UNAUTHENTICATED")
+
+
+def test_wrong_secret_for_a_real_credential_is_401(client, tenant):
+    token = tenant.token[:-4] + ("AAAA" if not tenant.token.endswith("AAAA") else "BBBB")
+    _assert_error(
+        client.simulate_get("/v1/queues", headers={"Authorization": f"Bearer {token}"}),
+        401,
+        "UNAUTHENTICATED",
+    )
+
+
+def test_revoked_credential_is_401(client, tenant, orbit_dsn):
+    from orbit_shell import db
+
+    conn = db.connect(orbit_dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "UPDATE credentials SET revoked_at = UTC_TIMESTAMP(6) WHERE public_id = %s",
+                (tenant.token.split("_")[1],),
+            )
+    finally:
+        conn.close()
+    _assert_error(client.simulate_get("/v1/queues", headers=tenant.headers), 401, "UNAUTHENTICATED")
+
+
+def test_missing_scope_is_403(client, tenant_factory):
+    producer = tenant_factory(worker_access=False)
+    result = client.simulate_post(
+        "/v1/workers/hello",
+        headers=producer.headers,
+        json={"worker_id": "w", "queue_ids": [producer.queue_id], "capacity": 1},
+    )
+    _assert_error(result, 403, "PERMISSION_DENIED")
+
+
+def test_other_namespace_is_404_never_403(client, tenant_factory):
+    a, b = tenant_factory(), tenant_factory()
+    _assert_error(
+        client.simulate_get(f"/v1/queues/{b.queue_id}", headers=a.headers), 404, "NOT_FOUND"
+    )
+    submit = {
+        "queue_id": b.queue_id,
+        "handler": "h",
+        "handler_version": "v1",
+        "payload_version": "v1",
+        "payload": {},
+    }
+    _assert_error(
+        client.simulate_post(
+            "/v1/tasks", json=submit, headers={**a.headers, "Idempotency-Key": "x"}
+        ),
+        404,
+        "NOT_FOUND",
+    )
+    created = client.simulate_post(
+        "/v1/tasks", json=submit, headers={**b.headers, "Idempotency-Key": "x"}
+    )
+    assert created.status_code == 201
+    task_id = created.json["data"]["task_id"]
+    for path in (
+        f"/v1/tasks/{task_id}",
+        f"/v1/tasks/{task_id}/attempts",
+        f"/v1/tasks/{task_id}/attempts/1",
+        f"/v1/tasks/{task_id}/history",
+    ):
+        _assert_error(client.simulate_get(path, headers=a.headers), 404, "NOT_FOUND")
+    _assert_error(
+        client.simulate_post(f"/v1/tasks/{task_id}/cancel", headers=a.headers), 404, "NOT_FOUND"
+    )
+    assert client.simulate_get("/v1/tasks", headers=a.headers).json["data"]["tasks"] == []
+
+
+def test_queue_scope_limits_a_credential(client, tenant, database, tmp_path):
+    other = client.simulate_post("/v1/queues", json={"name": "second"}, headers=tenant.headers)
+    assert other.status_code == 201
+    second = other.json["data"]["queue_id"]
+    # A credential of the same namespace limited to the first queue.
+    token, public_id, digest = auth.new_token()
+    [row] = database.query(
+        "SELECT * FROM credentials WHERE public_id = %s", (tenant.token.split("_")[1],)
+    )
+    from orbit_shell import db
+
+    conn = db.connect(database.dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO credentials (public_id, application_id, environment_id, "
+                "namespace_id, secret_sha256, scopes, all_queues, created_at) VALUES "
+                "(%s, %s, %s, %s, %s, 'tasks:read,queues:manage', 0, UTC_TIMESTAMP(6))",
+                (
+                    public_id,
+                    row["application_id"],
+                    row["environment_id"],
+                    row["namespace_id"],
+                    digest,
+                ),
+            )
+            cur.execute(
+                "INSERT INTO credential_queues SELECT LAST_INSERT_ID(), id FROM queues "
+                "WHERE public_id = %s",
+                (tenant.queue_id,),
+            )
+    finally:
+        conn.close()
+    limited = {"Authorization": f"Bearer {token}"}
+    assert client.simulate_get(f"/v1/queues/{tenant.queue_id}", headers=limited).status_code == 200
+    _assert_error(client.simulate_get(f"/v1/queues/{second}", headers=limited), 404, "NOT_FOUND")
+    assert [
+        q["queue_id"] for q in client.simulate_get("/v1/queues", headers=limited).json["data"]
+    ] == [tenant.queue_id]
+
+
+def test_health_ready_metrics(client):
+    assert client.simulate_get("/healthz").json["data"] == {"status": "ok"}
+    assert client.simulate_get("/readyz").json["data"] == {"status": "ready"}
+    client.simulate_get("/healthz")
+    metrics = client.simulate_get("/metrics")
+    assert metrics.status_code == 200
+    assert 'orbit_http_requests_total{method="GET",route="/healthz",status="200"}' in metrics.text
+
+
+def test_database_down_is_503(tmp_path):
+    dead = "mysql://root@127.0.0.1:1/nothing"
+    client = testing.TestClient(create_app(Config(dsn=dead), database=Database(dead)))
+    _assert_error(
+        client.simulate_get(
+            "/v1/queues", headers={"Authorization": "Bearer orb_0123456789abcdef_" + "A" * 43}
+        ),
+        503,
+        "UNAVAILABLE",
+    )
+    _assert_error(client.simulate_get("/readyz"), 503, "UNAVAILABLE")
+
+
+def test_readyz_is_503_when_schema_is_behind(fresh_dsn):
+    client = testing.TestClient(create_app(Config(dsn=fresh_dsn), database=Database(fresh_dsn)))
+    result = client.simulate_get("/readyz")
+    _assert_error(result, 503, "UNAVAILABLE")
+    assert "orbit-migrate" in result.json["error"]["message"]
+
+
+def test_bootstrap_is_idempotent_for_the_same_names(database, tmp_path):
+    args = argparse.Namespace(
+        application="idem-app",
+        environment="e",
+        namespace="n",
+        queue="q",
+        worker_access=False,
+        output=str(tmp_path / "a.json"),
+    )
+    first = bootstrap(database, args)
+    args.output = str(tmp_path / "b.json")
+    second = bootstrap(database, args)
+    assert first["queue_id"] == second["queue_id"]
