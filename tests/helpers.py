@@ -1,0 +1,72 @@
+"""Small HTTP helpers for tests: submit tasks, run a worker session through the API."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+
+def task_body(queue_id: str, **fields: Any) -> dict[str, Any]:
+    body = {
+        "queue_id": queue_id,
+        "handler": "object.update",
+        "handler_version": "v1",
+        "payload_version": "v1",
+        "payload": {"n": 1},
+    }
+    body.update(fields)
+    return body
+
+
+def submit(client, tenant, idem: str | None = None, expect: int | None = 201, **fields):
+    headers = {**tenant.headers, "Idempotency-Key": idem or secrets.token_hex(8)}
+    result = client.simulate_post(
+        "/v1/tasks",
+        json=task_body(fields.pop("queue_id", tenant.queue_id), **fields),
+        headers=headers,
+    )
+    if expect is not None:
+        assert result.status_code == expect, result.text
+    return result
+
+
+class Session:
+    """A worker session driven through the HTTP API."""
+
+    def __init__(self, client, tenant, queue_ids=None, capacity=4, keys=True, worker_id=None):
+        self.client, self.tenant = client, tenant
+        result = client.simulate_post(
+            "/v1/workers/hello",
+            headers=tenant.headers,
+            json={
+                "worker_id": worker_id or "w-" + secrets.token_hex(4),
+                "queue_ids": queue_ids or [tenant.queue_id],
+                "capacity": capacity,
+                "concurrency_keys": keys,
+            },
+        )
+        assert result.status_code == 200, result.text
+        self.hello = result.json["data"]
+        self.id = self.hello["session_id"]
+
+    def claim(self, max: int = 4, wait_ms: int = 0) -> list[dict]:
+        result = self.client.simulate_post(
+            f"/v1/workers/{self.id}/claim",
+            headers=self.tenant.headers,
+            json={"max": max, "wait_ms": wait_ms},
+        )
+        assert result.status_code == 200, result.text
+        return result.json["data"]["assignments"]
+
+    def call(self, attempt_id: str, action: str, **body):
+        return self.client.simulate_post(
+            f"/v1/attempts/{attempt_id}/{action}",
+            headers=self.tenant.headers,
+            json={"session_id": self.id, **body},
+        )
+
+    def start(self, attempt_id: str):
+        return self.call(attempt_id, "start")
+
+    def finish(self, attempt_id: str, outcome: str = "succeeded", **body):
+        return self.call(attempt_id, "result", outcome=outcome, **body)

@@ -1,0 +1,368 @@
+"""Task API (issue 3): submission and idempotency, K2 at the edge, quotas, deadlines, queries,
+cancel and resolve, history. Real MariaDB through the Falcon app."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import unicodedata
+
+import pytest
+from falcon import testing
+
+from tests.helpers import Session, submit, task_body
+
+SEED = {
+    "handler": "object.update",
+    "handler_version": "v1",
+    "payload_version": "v1",
+    "payload": {"operation_ref": "update-001", "object_ref": "objects/42"},
+}
+
+
+def test_seed_request_201_then_200_then_409_when_only_the_key_changes(client, tenant):
+    first = submit(
+        client, tenant, "update-object-42-operation-001", 201, **SEED, concurrency_key="object/42"
+    )
+    task = first.json["data"]
+    assert task["state"] == "WAITING" and task["concurrency_key"] == "object/42"
+    again = submit(
+        client, tenant, "update-object-42-operation-001", 200, **SEED, concurrency_key="object/42"
+    )
+    assert again.json["data"]["task_id"] == task["task_id"]
+    other = submit(
+        client, tenant, "update-object-42-operation-001", 409, **SEED, concurrency_key="object/43"
+    )
+    assert other.json["error"]["code"] == "IDEMPOTENCY_CONFLICT"
+    unkeyed = submit(client, tenant, "update-object-42-operation-001", 409, **SEED)
+    assert unkeyed.json["error"]["code"] == "IDEMPOTENCY_CONFLICT"
+    listed = client.simulate_get("/v1/tasks", headers=tenant.headers).json["data"]["tasks"]
+    assert [t["task_id"] for t in listed] == [task["task_id"]]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"payload": {"x": 2}},
+        {"priority": 1},
+        {"business_key": "b"},
+        {"handler_version": "v2"},
+        {"deadline_seconds": 60},
+    ],
+)
+def test_any_other_content_is_an_idempotency_conflict(client, tenant, change):
+    submit(client, tenant, "same-key", 201)
+    assert (
+        submit(client, tenant, "same-key", 409, **change).json["error"]["code"]
+        == "IDEMPOTENCY_CONFLICT"
+    )
+
+
+def test_explicit_defaults_are_the_same_content(client, tenant):
+    submit(client, tenant, "defaults", 201)
+    submit(client, tenant, "defaults", 200, priority=5, concurrency_key="", business_key="")
+
+
+def test_concurrent_duplicates_create_exactly_one_task(app, tenant, database):
+    results = []
+
+    def go():
+        c = testing.TestClient(app)
+        results.append(submit(c, tenant, "racing", None, concurrency_key="object/race"))
+
+    threads = [threading.Thread(target=go) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.status_code for r in results) == [200] * 7 + [201]
+    assert len({r.json["data"]["task_id"] for r in results}) == 1
+    assert database.query(
+        "SELECT COUNT(*) AS n FROM tasks WHERE namespace_id = %s", (tenant.namespace_id,)
+    ) == [{"n": 1}]
+
+
+@pytest.mark.parametrize(
+    ("key", "status"),
+    [("k" * 191, 201), ("k" * 192, 400), ("é" * 191, 201), (None, 400), (" x", 400)],
+)
+def test_k2_at_the_api_edge(client, tenant, key, status):
+    result = submit(client, tenant, None, status, concurrency_key=key)
+    if status == 400:
+        assert result.json["error"]["details"][0]["field"] == "concurrency_key"
+    else:
+        assert result.json["data"]["concurrency_key"] == key
+
+
+def test_lone_surrogate_key_is_rejected(client, tenant):
+    body = (
+        f'{{"queue_id":"{tenant.queue_id}","handler":"h","handler_version":"v","payload_version":"v",'
+        '"payload":1,"concurrency_key":"a\\ud800"}'
+    )
+    result = client.simulate_post(
+        "/v1/tasks",
+        body=body,
+        headers={**tenant.headers, "Idempotency-Key": "s1", "Content-Type": "application/json"},
+    )
+    assert result.status_code == 400
+    assert result.json["error"]["details"][0]["field"] == "concurrency_key"
+
+
+def test_keys_match_exact_bytes(client, tenant):
+    """object/A and object/a, NFC and NFD are different keys: each gets its own permit."""
+    keys = [
+        "object/A",
+        "object/a",
+        unicodedata.normalize("NFC", "café"),
+        unicodedata.normalize("NFD", "café"),
+    ]
+    for key in keys:
+        submit(client, tenant, None, 201, concurrency_key=key)
+    granted = Session(client, tenant, capacity=10).claim(max=10)
+    assert sorted(a["task"]["concurrency_key"] for a in granted) == sorted(keys)
+    assert {a["concurrency_token"] for a in granted} == {"1"}
+    for key in keys:
+        listed = client.simulate_get(
+            "/v1/tasks", params={"concurrency_key": key}, headers=tenant.headers
+        ).json["data"]["tasks"]
+        assert [t["concurrency_key"] for t in listed] == [key]
+
+
+def test_bad_fields_are_400_with_the_field_named(client, tenant):
+    for change, field in [
+        ({"priority": 11}, "priority"),
+        ({"payload_version": 3}, "payload_version"),
+        ({"unknown": 1}, "unknown"),
+        ({"max_attempts": 0}, "max_attempts"),
+    ]:
+        result = submit(client, tenant, None, 400, **change)
+        assert result.json["error"]["details"][0]["field"] == field
+    missing = client.simulate_post(
+        "/v1/tasks", json=task_body(tenant.queue_id), headers=tenant.headers
+    )
+    assert missing.status_code == 400
+    assert missing.json["error"]["details"][0]["field"] == "Idempotency-Key"
+
+
+def test_queue_unfinished_quota_edges(client, tenant):
+    queue = client.simulate_post(
+        "/v1/queues", headers=tenant.headers, json={"name": "small", "max_unfinished": 2}
+    ).json["data"]
+    q = queue["queue_id"]
+    submit(client, tenant, None, 201, queue_id=q, concurrency_key="quota/k")
+    second = submit(
+        client, tenant, None, 201, queue_id=q, concurrency_key="quota/k"
+    )  # parked: counts
+    third = submit(client, tenant, None, 429, queue_id=q)
+    assert third.json["error"]["code"] == "QUOTA_EXCEEDED"
+    cancel = client.simulate_post(
+        f"/v1/tasks/{second.json['data']['task_id']}/cancel", headers=tenant.headers
+    )
+    assert cancel.status_code == 200 and cancel.json["data"]["state"] == "CANCELLED"
+    submit(client, tenant, None, 201, queue_id=q)
+
+
+def test_application_quota_and_needs_review_counts(client, tenant, orbit_dsn):
+    from orbit_shell import db
+
+    conn = db.connect(orbit_dsn)
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE applications SET max_unfinished = 1 WHERE id = %s", (tenant.application_id,)
+        )
+    conn.close()
+    first = submit(client, tenant, None, 201).json["data"]
+    assert submit(client, tenant, None, 429).json["error"]["code"] == "QUOTA_EXCEEDED"
+    session = Session(client, tenant)
+    [a] = session.claim()
+    session.start(a["attempt_id"])
+    assert (
+        session.finish(a["attempt_id"], "unknown").json["data"]["task"]["state"] == "NEEDS_REVIEW"
+    )
+    submit(client, tenant, None, 429)  # NEEDS_REVIEW still counts toward the backlog quota
+    resolved = client.simulate_post(
+        f"/v1/tasks/{first['task_id']}/resolve",
+        headers=tenant.headers,
+        json={"state": "SUCCEEDED", "note": "checked by hand"},
+    )
+    assert resolved.json["data"]["state"] == "SUCCEEDED"
+    submit(client, tenant, None, 201)
+
+
+def test_deadline_is_absolute_on_the_database_clock(client, tenant):
+    task = submit(client, tenant, None, 201, deadline_seconds=3600).json["data"]
+    created = dt.datetime.fromisoformat(task["created_at"].rstrip("Z"))
+    deadline = dt.datetime.fromisoformat(task["deadline_at"].rstrip("Z"))
+    assert deadline - created == dt.timedelta(seconds=3600)
+
+
+def test_detail_list_filters_and_cursor_pagination(client, tenant):
+    ids = [
+        submit(
+            client,
+            tenant,
+            None,
+            201,
+            business_key=f"order-{i % 2}",
+            concurrency_key="page/k" if i == 0 else "",
+        ).json["data"]["task_id"]
+        for i in range(5)
+    ]
+    seen, cursor = [], None
+    while True:
+        params = {"limit": "2", **({"cursor": cursor} if cursor else {})}
+        page = client.simulate_get("/v1/tasks", params=params, headers=tenant.headers).json["data"]
+        assert len(page["tasks"]) <= 2
+        seen += [t["task_id"] for t in page["tasks"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert seen == ids
+    by_business = client.simulate_get(
+        "/v1/tasks", params={"business_key": "order-1"}, headers=tenant.headers
+    ).json["data"]["tasks"]
+    assert [t["task_id"] for t in by_business] == [ids[1], ids[3]]
+    by_key = client.simulate_get(
+        "/v1/tasks", params={"concurrency_key": "page/k"}, headers=tenant.headers
+    ).json["data"]["tasks"]
+    assert [t["task_id"] for t in by_key] == [ids[0]]
+    by_state = client.simulate_get(
+        "/v1/tasks",
+        params={"state": "WAITING", "queue_id": tenant.queue_id},
+        headers=tenant.headers,
+    ).json["data"]["tasks"]
+    assert len(by_state) == 5
+    detail = client.simulate_get(f"/v1/tasks/{ids[1]}", headers=tenant.headers).json["data"]
+    assert "concurrency_key" not in detail and detail["business_key"] == "order-1"
+    for bad in ({"limit": "201"}, {"limit": "0"}, {"cursor": "!!"}, {"state": "NOPE"}, {"x": "1"}):
+        result = client.simulate_get("/v1/tasks", params=bad, headers=tenant.headers)
+        assert result.status_code == 400, bad
+
+
+def test_attempts_carry_the_token_as_a_string_only_when_keyed(client, tenant):
+    keyed = submit(client, tenant, None, 201, concurrency_key="obj/1").json["data"]["task_id"]
+    plain = submit(client, tenant, None, 201).json["data"]["task_id"]
+    session = Session(client, tenant)
+    granted = {a["task"]["task_id"]: a for a in session.claim()}
+    assert granted[keyed]["concurrency_token"] == "1"
+    assert "concurrency_token" not in granted[plain]
+    assert "concurrency_key" not in granted[plain]["task"]
+    [attempt] = client.simulate_get(f"/v1/tasks/{keyed}/attempts", headers=tenant.headers).json[
+        "data"
+    ]
+    assert attempt["concurrency_token"] == "1" and attempt["state"] == "LEASED"
+    one = client.simulate_get(f"/v1/tasks/{keyed}/attempts/1", headers=tenant.headers).json["data"]
+    assert one == attempt
+    [plain_attempt] = client.simulate_get(
+        f"/v1/tasks/{plain}/attempts", headers=tenant.headers
+    ).json["data"]
+    assert "concurrency_token" not in plain_attempt
+    assert (
+        client.simulate_get(f"/v1/tasks/{keyed}/attempts/2", headers=tenant.headers).status_code
+        == 404
+    )
+
+
+def test_cancel_before_start_releases_the_key_and_next_token_is_larger(client, tenant):
+    a = submit(client, tenant, None, 201, concurrency_key="cancel/k").json["data"]["task_id"]
+    b = submit(client, tenant, None, 201, concurrency_key="cancel/k").json["data"]["task_id"]
+    session = Session(client, tenant)
+    [first] = session.claim()
+    assert first["task"]["task_id"] == a and first["concurrency_token"] == "1"
+    assert session.claim() == []  # b is parked behind the held key
+    cancelled = client.simulate_post(f"/v1/tasks/{a}/cancel", headers=tenant.headers)
+    assert cancelled.json["data"]["state"] == "CANCELLED"
+    assert session.start(first["attempt_id"]).json["error"]["code"] == "LEASE_LOST"
+    [second] = session.claim()
+    assert second["task"]["task_id"] == b and second["concurrency_token"] == "2"
+    session.start(second["attempt_id"])
+    running = client.simulate_post(f"/v1/tasks/{b}/cancel", headers=tenant.headers)
+    assert running.status_code == 409 and running.json["error"]["code"] == "STATE_CONFLICT"
+    session.finish(second["attempt_id"])
+    finished = client.simulate_post(f"/v1/tasks/{b}/cancel", headers=tenant.headers)
+    assert finished.status_code == 409
+    [attempt] = client.simulate_get(f"/v1/tasks/{a}/attempts", headers=tenant.headers).json["data"]
+    assert attempt["state"] == "CANCELLED"
+
+
+def test_resolve_rules_and_history(client, tenant):
+    task = submit(client, tenant, None, 201, concurrency_key="review/k").json["data"]["task_id"]
+    early = client.simulate_post(
+        f"/v1/tasks/{task}/resolve", headers=tenant.headers, json={"state": "FAILED"}
+    )
+    assert early.status_code == 409
+    session = Session(client, tenant)
+    [a] = session.claim()
+    session.start(a["attempt_id"])
+    session.finish(a["attempt_id"], "unknown", error={"why": "timeout talking to resource"})
+    back = client.simulate_post(
+        f"/v1/tasks/{task}/resolve", headers=tenant.headers, json={"state": "WAITING"}
+    )
+    assert back.json["data"]["state"] == "WAITING"
+    [b] = session.claim()
+    assert b["attempt_number"] == 2 and b["concurrency_token"] == "2"
+    bad = client.simulate_post(
+        f"/v1/tasks/{task}/resolve", headers=tenant.headers, json={"state": "RUNNING"}
+    )
+    assert bad.status_code == 400
+    history = client.simulate_get(f"/v1/tasks/{task}/history", headers=tenant.headers).json["data"]
+    assert [h["event"] for h in history] == [
+        "SUBMITTED",
+        "CLAIMED",
+        "STARTED",
+        "OUTCOME_UNKNOWN",
+        "RESOLVED",
+        "CLAIMED",
+    ]
+    assert [h.get("concurrency_token") for h in history] == [None, "1", "1", "1", None, "2"]
+    assert all(h["actor"] for h in history)
+
+
+def test_queue_settings_validation_and_pause_resume(client, tenant):
+    bad = client.simulate_post(
+        "/v1/queues", headers=tenant.headers, json={"name": "q", "lease_seconds": 0}
+    )
+    assert bad.status_code == 400 and bad.json["error"]["details"][0]["field"] == "lease_seconds"
+    order = client.simulate_post(
+        "/v1/queues",
+        headers=tenant.headers,
+        json={"name": "q", "retry_backoff_seconds": 10, "retry_backoff_max_seconds": 5},
+    )
+    assert order.status_code == 400
+    made = client.simulate_post("/v1/queues", headers=tenant.headers, json={"name": "q"})
+    assert made.status_code == 201
+    q = made.json["data"]
+    assert (
+        q["max_attempts"],
+        q["lease_seconds"],
+        q["retry_backoff_seconds"],
+        q["retry_backoff_max_seconds"],
+        q["max_concurrency"],
+    ) == (3, 30, 1, 300, None)
+    dup = client.simulate_post("/v1/queues", headers=tenant.headers, json={"name": "q"})
+    assert dup.status_code == 409
+    paused = client.simulate_post(f"/v1/queues/{q['queue_id']}/pause", headers=tenant.headers)
+    assert paused.json["data"]["state"] == "PAUSED"
+    submit(client, tenant, None, 201, queue_id=q["queue_id"])
+    session = Session(client, tenant, queue_ids=[q["queue_id"]])
+    assert session.claim() == []
+    client.simulate_post(f"/v1/queues/{q['queue_id']}/resume", headers=tenant.headers)
+    assert len(session.claim()) == 1
+
+
+def test_openapi_matches_the_routes(app, client):
+    import falcon.inspect
+
+    doc = client.simulate_get("/v1/openapi.json").json
+    documented = {(m.upper(), p) for p, item in doc["paths"].items() for m in item}
+    mounted = set()
+    for route in falcon.inspect.inspect_routes(app):
+        for method in route.methods:
+            if method.internal:  # Falcon's automatic 405 responders
+                continue
+            mounted.add((method.method, route.path))
+    assert documented == mounted
+    assert doc["openapi"].startswith("3.")
+    submit_op = doc["paths"]["/v1/tasks"]["post"]
+    props = submit_op["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    assert "concurrency_key" in props and props["priority"]["maximum"] == 9
