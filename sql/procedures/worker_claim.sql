@@ -14,9 +14,10 @@
 -- be READY, and the key row is re-checked under its lock, so one batch never grants a key
 -- twice; permits.uq_permits_exclusive would refuse a second KEY permit anyway.
 --
--- Fairness (W2): each call takes at most ceil(candidates seen / live sessions) tasks, where
--- live sessions are OPEN sessions sharing one of these queues, seen in the last 5 seconds and
--- with free capacity. A burst is split between idle nodes instead of going to the first poller.
+-- Fairness (W2): each call takes at most ceil(candidates seen / (1 + idle others)) tasks, where
+-- idle others are the OTHER open sessions sharing one of these queues, seen in the last 5
+-- seconds, with nothing in flight. A burst is split with the nodes that are idle instead of
+-- going whole to the first poller; nodes that are already working do not shrink the share.
 --
 -- Recovery runs here first (expired leases of these queues, due DELAYED tasks), so an expired
 -- lease is recovered at the next claim on its queue even without the sweeper.
@@ -135,9 +136,9 @@ BEGIN
       FROM worker_session_queues mine
       JOIN worker_session_queues other ON other.queue_id = mine.queue_id
       JOIN worker_sessions s ON s.id = other.session_id
-     WHERE mine.session_id = v_session AND s.state = 'OPEN'
-       AND s.last_seen_at >= v_now - INTERVAL 5 SECOND AND s.in_flight < s.capacity;
-    SET v_cap = LEAST(v_want, CEIL(v_found / GREATEST(v_live, 1)));
+     WHERE mine.session_id = v_session AND s.id <> v_session AND s.state = 'OPEN'
+       AND s.last_seen_at >= v_now - INTERVAL 5 SECOND AND s.in_flight = 0;
+    SET v_cap = LEAST(v_want, CEIL(v_found / (1 + v_live)));
 
     -- Grant in (priority, id) order across the queues.
     SET v_item = 0;

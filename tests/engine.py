@@ -1,0 +1,118 @@
+"""Direct procedure access for engine tests (the same calls the MySQL worker transport makes)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from orbit_shell.db import Database
+
+
+class Engine:
+    def __init__(self, database: Database, tenant) -> None:
+        self.db = database
+        self.t = tenant
+        [row] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
+        self.queue = row["id"]
+
+    def queue_create(
+        self, name: str | None = None, lease: int = 30, backoff: int = 1, max_concurrency=None
+    ) -> tuple[int, str]:
+        [[row]] = self.db.call(
+            "queue_create",
+            self.t.namespace_id,
+            self.t.application_id,
+            name or "q-" + secrets.token_hex(4),
+            max_concurrency,
+            None,
+            3,
+            lease,
+            backoff,
+            300,
+        )
+        [q] = self.db.query("SELECT id FROM queues WHERE public_id = %s", (row["queue_id"],))
+        return q["id"], row["queue_id"]
+
+    def submit(
+        self,
+        key: str = "",
+        queue: int | None = None,
+        priority: int = 5,
+        deadline: int | None = None,
+        max_attempts: int | None = None,
+    ) -> str:
+        [[row]] = self.db.call(
+            "task_submit",
+            self.t.namespace_id,
+            queue or self.queue,
+            secrets.token_hex(12),
+            secrets.token_hex(32),
+            "h",
+            "v1",
+            "v1",
+            "{}",
+            "",
+            key,
+            priority,
+            max_attempts,
+            deadline,
+            "test",
+            None,
+            None,
+            None,
+        )
+        return row["task_id"]
+
+    def hello(self, queues=None, capacity: int = 4, keys: bool = True, worker: str | None = None):
+        session, in_flight = self.db.call(
+            "worker_hello",
+            self.t.namespace_id,
+            self.t.application_id,
+            worker or "w-" + secrets.token_hex(4),
+            capacity,
+            int(keys),
+            json.dumps(queues or [self.queue]),
+            "0" * 64,
+        )
+        return session[0]["session_id"], in_flight
+
+    def claim(self, session: str, n: int = 4) -> list[dict]:
+        [rows] = self.db.call("worker_claim", self.t.namespace_id, session, n)
+        return rows
+
+    def start(self, session: str, attempt: str):
+        return self.db.call("attempt_start", self.t.namespace_id, session, attempt)[0][0]
+
+    def renew(self, session: str, attempt: str):
+        return self.db.call("attempt_renew", self.t.namespace_id, session, attempt)[0][0]
+
+    def result(self, session: str, attempt: str, outcome: str = "succeeded", retryable: int = 0):
+        return self.db.call(
+            "attempt_result", self.t.namespace_id, session, attempt, outcome, retryable, None, None
+        )[0][0]
+
+    def task(self, public_id: str) -> dict:
+        [row] = self.db.query("SELECT * FROM tasks WHERE public_id = %s", (public_id,))
+        return row
+
+    def resource(self, key: str) -> dict:
+        [row] = self.db.query(
+            "SELECT * FROM concurrency_resources WHERE namespace_id = %s AND concurrency_key = %s",
+            (self.t.namespace_id, key),
+        )
+        return row
+
+    def expire(self, attempt: str) -> None:
+        """Move an attempt's lease into the past (test clock control on the database side)."""
+        from orbit_shell import db
+
+        conn = db.connect(self.db.dsn)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "UPDATE attempts SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+                    "WHERE public_id = %s",
+                    (attempt,),
+                )
+        finally:
+            conn.close()

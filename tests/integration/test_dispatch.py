@@ -1,0 +1,584 @@
+"""Dispatch engine (issue 4): claim, tokens, start/renew/result, recovery, K6 row by row.
+Real procedures on a real MariaDB; concurrency tests use real threads and connections."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from orbit_shell import errors
+from orbit_shell.db import Database
+from tests.engine import Engine
+
+U64_MAX = 18446744073709551615
+
+
+@pytest.fixture
+def eng(database, tenant) -> Engine:
+    return Engine(database, tenant)
+
+
+def test_seed_scenario_one_permit_across_two_queues_and_a_growing_token(eng):
+    q1, _ = eng.queue_create()
+    q2, _ = eng.queue_create()
+    t1, t2 = eng.submit("object/42", q1), eng.submit("object/42", q2)
+    session, _ = eng.hello([q1, q2], capacity=4)
+    [a] = eng.claim(session, 4)
+    assert eng.claim(session, 4) == []  # the other queue's task waits for the key
+    eng.start(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"])
+    [b] = eng.claim(session, 4)
+    assert {a["task_id"], b["task_id"]} == {t1, t2}
+    assert b["concurrency_token"] > a["concurrency_token"] > 0
+    r = eng.resource("object/42")
+    assert r["version"] == 3 and r["token"] == b["concurrency_token"]  # claim, release, claim
+
+
+def test_one_batch_never_grants_a_key_twice(eng):
+    for _ in range(5):
+        eng.submit("batch/k")
+    eng.submit("batch/other")
+    session, _ = eng.hello(capacity=10)
+    granted = eng.claim(session, 10)
+    assert sorted(a["concurrency_key"] for a in granted) == ["batch/k", "batch/other"]
+
+
+def _handler_reads(conn) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+        return sum(int(r["Value"]) for r in cur.fetchall())
+
+
+def _claim_reads(dsn: str, namespace: int, session: str) -> tuple[int, list]:
+    from orbit_shell import db
+
+    conn = db.connect(dsn)
+    try:
+        before = _handler_reads(conn)
+        with conn.cursor() as cur:
+            cur.execute("CALL worker_claim(%s, %s, 10)", (namespace, session))
+            rows = list(cur.fetchall())
+            while cur.nextset():
+                pass
+        return _handler_reads(conn) - before, rows
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_k8_ten_thousand_blocked_tasks_do_not_hide_another_key(eng, database):
+    holder_session, _ = eng.hello(capacity=1)
+    eng.submit("hot/key")
+    [held] = eng.claim(holder_session, 1)
+    session, _ = eng.hello(capacity=10)
+
+    eng.submit("cold/key-0")
+    reads_small, rows = _claim_reads(database.dsn, eng.t.namespace_id, session)
+    assert [r["concurrency_key"] for r in rows] == ["cold/key-0"]
+
+    # 10,000 tasks parked behind the busy key, submitted through the procedure like any other.
+    from orbit_shell import db
+
+    conn = db.connect(database.dsn)
+    try:
+        with conn.cursor() as cur:
+            for i in range(10_000):
+                cur.execute(
+                    "CALL task_submit(%s, %s, %s, REPEAT('f', 64), 'h', 'v1', 'v1', '{}', "
+                    "'', 'hot/key', 5, NULL, NULL, 'test', NULL, NULL, NULL)",
+                    (eng.t.namespace_id, eng.queue, f"bulk-{i}"),
+                )
+                cur.fetchall()
+                while cur.nextset():
+                    pass
+    finally:
+        conn.close()
+    lanes = database.query(
+        "SELECT lane, COUNT(*) AS n FROM tasks WHERE namespace_id = %s "
+        "AND concurrency_key = 'hot/key' GROUP BY lane",
+        (eng.t.namespace_id,),
+    )
+    assert {r["lane"]: r["n"] for r in lanes} == {None: 1, "BLOCKED": 10_000}
+
+    eng.submit("cold/key-1")
+    reads_big, rows = _claim_reads(database.dsn, eng.t.namespace_id, session)
+    assert [r["concurrency_key"] for r in rows] == ["cold/key-1"]  # claimed at once
+    # Rows the claim reads do not grow with the backlog behind the busy key.
+    assert reads_big < reads_small + 50, (reads_small, reads_big)
+    eng.start(holder_session, held["attempt_id"])
+
+
+@pytest.mark.slow
+def test_eight_threads_overlapping_keys_never_share_a_key_and_tokens_grow(eng, database):
+    keys = [f"stress/{i}" for i in range(4)]
+    threads, cycles = 8, 250
+    for _ in range(threads * cycles):
+        eng.submit(random.choice(keys))
+    events = []  # (key, token, got_at, release_at, attempt)
+    lock = threading.Lock()
+    failures = []
+
+    def worker(n: int) -> None:
+        db = Database(database.dsn, pool_size=2)
+        session, _ = eng.hello(capacity=2, worker=f"stress-{n}-{eng.t.namespace_id}")
+        idle = 0
+        while idle < 20:
+            try:
+                granted = Engine.claim(eng_local(db), session, 2)
+            except errors.OrbitError as exc:
+                failures.append(exc)
+                return
+            if not granted:
+                idle += 1
+                time.sleep(0.01)
+                continue
+            idle = 0
+            for a in granted:
+                got = time.monotonic()
+                Engine.start(eng_local(db), session, a["attempt_id"])
+                if random.random() < 0.5:
+                    time.sleep(random.uniform(0, 0.002))
+                released = time.monotonic()
+                Engine.result(eng_local(db), session, a["attempt_id"])
+                with lock:
+                    events.append(
+                        (
+                            a["concurrency_key"],
+                            a["concurrency_token"],
+                            got,
+                            released,
+                            a["attempt_id"],
+                        )
+                    )
+        db.close()
+
+    def eng_local(db):
+        e = Engine.__new__(Engine)
+        e.db, e.t, e.queue = db, eng.t, eng.queue
+        return e
+
+    pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not failures
+    assert len(events) == threads * cycles
+    for key in keys:
+        mine = sorted((e for e in events if e[0] == key), key=lambda e: e[2])
+        tokens = [e[1] for e in mine]
+        assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens), key
+        for earlier, later in zip(mine, mine[1:], strict=False):
+            assert earlier[3] <= later[2], f"{key}: {earlier[4]} and {later[4]} overlapped"
+    done = database.query(
+        "SELECT state, COUNT(*) AS n FROM tasks WHERE namespace_id = %s GROUP BY state",
+        (eng.t.namespace_id,),
+    )
+    assert done == [{"state": "SUCCEEDED", "n": threads * cycles}]
+
+
+def test_stale_start_and_result_after_recovery_are_lease_lost(eng):
+    task = eng.submit("stale/k")
+    old, _ = eng.hello(capacity=1)
+    [a] = eng.claim(old, 1)
+    eng.expire(a["attempt_id"])  # the holder stalled before start
+    new, _ = eng.hello(capacity=1)
+    [b] = eng.claim(new, 1)  # recovery runs inside the claim
+    assert b["task_id"] == task and b["concurrency_token"] > a["concurrency_token"]
+    with pytest.raises(errors.LeaseLost):
+        eng.start(old, a["attempt_id"])
+    with pytest.raises(errors.LeaseLost):
+        eng.result(old, a["attempt_id"])
+    with pytest.raises(errors.LeaseLost):
+        eng.renew(old, a["attempt_id"])
+    eng.start(new, b["attempt_id"])
+    eng.result(new, b["attempt_id"])
+    assert eng.task(task)["state"] == "SUCCEEDED"
+    with pytest.raises(errors.LeaseLost):  # however late it arrives
+        eng.result(old, a["attempt_id"], "failed")
+
+
+def test_running_holder_past_its_lease_goes_to_review_and_its_late_result_is_refused(eng, database):
+    task = eng.submit("review/k")
+    old, _ = eng.hello(capacity=1)
+    [a] = eng.claim(old, 1)
+    eng.start(old, a["attempt_id"])
+    eng.expire(a["attempt_id"])
+    [[swept]] = database.call("lease_sweep", 100)
+    assert swept["recovered"] >= 1
+    assert eng.task(task)["state"] == "NEEDS_REVIEW"
+    assert eng.resource("review/k")["holder_attempt_id"] is None
+    with pytest.raises(errors.LeaseLost):
+        eng.result(old, a["attempt_id"])
+    database.call("task_resolve", eng.t.namespace_id, task, "WAITING", "test", None)
+    new, _ = eng.hello(capacity=1)
+    [b] = eng.claim(new, 1)
+    assert b["concurrency_token"] == a["concurrency_token"] + 1
+    eng.start(new, b["attempt_id"])
+    eng.result(new, b["attempt_id"])
+    states = database.query(
+        "SELECT state FROM attempts WHERE task_id = %s ORDER BY id", (eng.task(task)["id"],)
+    )
+    assert [s["state"] for s in states] == ["UNKNOWN", "SUCCEEDED"]
+
+
+def test_k7_token_refused_at_u64_max_never_wraps(eng, database, orbit_dsn):
+    from orbit_shell import db
+
+    first = eng.submit("overflow/k")
+    session, _ = eng.hello(capacity=1)
+    [a] = eng.claim(session, 1)
+    eng.start(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"])
+    conn = db.connect(orbit_dsn)
+    with conn.cursor() as cur:  # test setup: move the key near the end of its token space
+        cur.execute(
+            "UPDATE concurrency_resources SET token = %s WHERE namespace_id = %s "
+            "AND concurrency_key = 'overflow/k'",
+            (U64_MAX - 1, eng.t.namespace_id),
+        )
+    conn.close()
+    eng.submit("overflow/k")
+    [b] = eng.claim(session, 1)
+    assert b["concurrency_token"] == U64_MAX
+    eng.start(session, b["attempt_id"])
+    eng.result(session, b["attempt_id"])
+    third = eng.submit("overflow/k")
+    assert eng.claim(session, 1) == []
+    assert eng.claim(session, 1) == []
+    assert eng.task(third)["state"] == "WAITING"
+    assert eng.resource("overflow/k")["token"] == U64_MAX
+    history = database.query(
+        "SELECT event FROM task_history WHERE task_id = %s", (eng.task(third)["id"],)
+    )
+    assert [h["event"] for h in history].count("TOKEN_SPACE_EXHAUSTED") == 1
+    assert eng.task(first)["state"] == "SUCCEEDED"
+    eng.submit("overflow/other")
+    assert [r["concurrency_key"] for r in eng.claim(session, 1)] == ["overflow/other"]
+
+
+def test_claim_respects_capacity_priority_and_unkeyed_sessions(eng):
+    low = eng.submit("", priority=9)
+    high = eng.submit("", priority=0)
+    keyed = eng.submit("only/keyed", priority=0)
+    legacy, _ = eng.hello(capacity=1, keys=False)
+    [a] = eng.claim(legacy, 5)
+    assert a["task_id"] == high  # priority first, keyed task never offered
+    assert eng.claim(legacy, 5) == []  # capacity 1 is used
+    eng.start(legacy, a["attempt_id"])
+    eng.result(legacy, a["attempt_id"])
+    [b] = eng.claim(legacy, 5)
+    assert b["task_id"] == low
+    modern, _ = eng.hello(capacity=3)
+    assert [r["task_id"] for r in eng.claim(modern, 5)] == [keyed]
+
+
+def test_fairness_a_burst_is_split_between_idle_sessions(eng):
+    for _ in range(8):
+        eng.submit()
+    s1, _ = eng.hello(capacity=8)
+    s2, _ = eng.hello(capacity=8)
+    first = eng.claim(s1, 8)
+    second = eng.claim(s2, 8)
+    assert len(first) == 4 and len(second) == 4
+
+
+def test_hello_flag_is_fixed_and_hello_again_resumes_in_flight(eng):
+    eng.submit("resume/k")
+    worker = "resume-" + str(eng.t.namespace_id)
+    session, in_flight = eng.hello(worker=worker)
+    assert in_flight == []
+    [a] = eng.claim(session, 1)
+    with pytest.raises(errors.StateConflict):
+        eng.hello(worker=worker, keys=False)
+    again, in_flight = eng.hello(worker=worker)
+    assert again == session
+    assert [(r["attempt_id"], r["concurrency_token"]) for r in in_flight] == [
+        (a["attempt_id"], a["concurrency_token"])
+    ]
+
+
+def test_renew_extends_lease_and_permits_but_never_past_the_deadline(eng, database):
+    eng.submit("renew/k", deadline=5)
+    session, _ = eng.hello(capacity=1)
+    [a] = eng.claim(session, 1)
+    permits = database.query(
+        "SELECT kind, expires_at FROM permits p JOIN attempts a ON "
+        "a.id = p.attempt_id WHERE a.public_id = %s",
+        (a["attempt_id"],),
+    )
+    assert sorted(p["kind"] for p in permits) == ["KEY", "QUEUE"]
+    task = eng.task(a["task_id"])
+    assert a["lease_expires_at"] == task["deadline_at"]  # 30 s lease capped by the 5 s deadline
+    renewed = eng.renew(session, a["attempt_id"])["lease_expires_at"]
+    assert renewed == task["deadline_at"]
+
+
+def test_retry_backoff_releases_the_key_and_the_task_returns_without_another_release(eng, database):
+    queue, _ = eng.queue_create(backoff=1)
+    retried = eng.submit("retry/k", queue)
+    session, _ = eng.hello([queue], capacity=2)
+    [a] = eng.claim(session, 2)
+    eng.start(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"], "failed", retryable=1)
+    row = eng.task(retried)
+    assert (row["state"], row["lane"]) == ("WAITING", "DELAYED")
+    assert eng.resource("retry/k")["holder_attempt_id"] is None  # not held while backing off
+    other = eng.submit("retry/k", queue)
+    [b] = eng.claim(session, 2)
+    assert b["task_id"] == other  # the key serves another task during the backoff
+    eng.start(session, b["attempt_id"])
+    eng.result(session, b["attempt_id"])
+    deadline = time.monotonic() + 5
+    granted = []
+    while not granted and time.monotonic() < deadline:
+        time.sleep(0.1)
+        granted = eng.claim(session, 2)
+    assert [g["task_id"] for g in granted] == [retried]
+    assert granted[0]["attempt_number"] == 2
+    assert granted[0]["concurrency_token"] == 3
+
+
+def test_failed_final_and_attempts_exhausted(eng):
+    task = eng.submit("", max_attempts=1)
+    session, _ = eng.hello()
+    [a] = eng.claim(session)
+    eng.start(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"], "failed", retryable=1)
+    assert eng.task(task)["state"] == "FAILED"
+
+
+def test_result_before_start_is_a_state_conflict(eng):
+    eng.submit()
+    session, _ = eng.hello()
+    [a] = eng.claim(session)
+    with pytest.raises(errors.StateConflict):
+        eng.result(session, a["attempt_id"])
+
+
+def test_waiting_task_past_deadline_ends_deadline_exceeded(eng, database, orbit_dsn):
+    from orbit_shell import db
+
+    task = eng.submit("deadline/k", deadline=60)
+    conn = db.connect(orbit_dsn)
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE tasks SET deadline_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+            "WHERE public_id = %s",
+            (task,),
+        )
+    conn.close()
+    database.call("lease_sweep", 100)
+    assert eng.task(task)["state"] == "DEADLINE_EXCEEDED"
+    follower = eng.submit("deadline/k")
+    session, _ = eng.hello()
+    assert [r["task_id"] for r in eng.claim(session)] == [follower]
+
+
+# K6, row by row ------------------------------------------------------------------------------
+
+
+def test_k6_renewal_and_reconnect_keep_the_same_attempt_and_token(eng):
+    eng.submit("k6/renew")
+    worker = "k6r-" + str(eng.t.namespace_id)
+    session, _ = eng.hello(worker=worker)
+    [a] = eng.claim(session)
+    eng.start(session, a["attempt_id"])
+    eng.renew(session, a["attempt_id"])
+    _, in_flight = eng.hello(worker=worker)
+    assert in_flight[0]["concurrency_token"] == a["concurrency_token"]
+    assert eng.resource("k6/renew")["token"] == a["concurrency_token"]
+
+
+def test_k6_duplicate_result_does_not_release_the_next_holder(eng):
+    eng.submit("k6/dup")
+    eng.submit("k6/dup")
+    session, _ = eng.hello()
+    [a] = eng.claim(session)
+    eng.start(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"])
+    [b] = eng.claim(session)
+    assert eng.result(session, a["attempt_id"])["duplicate"] == 1  # replay of the old receipt
+    r = eng.resource("k6/dup")
+    assert r["token"] == b["concurrency_token"]
+    assert r["holder_attempt_id"] is not None  # b still holds the key
+    with pytest.raises(errors.LeaseLost):  # a different result for the old attempt
+        eng.result(session, a["attempt_id"], "failed")
+
+
+def test_k6_unknown_releases_but_still_counts_toward_the_backlog(eng, database):
+    eng.submit("k6/unknown")
+    session, _ = eng.hello()
+    [a] = eng.claim(session)
+    eng.start(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"], "unknown")
+    assert eng.resource("k6/unknown")["holder_attempt_id"] is None
+    [q] = database.query(
+        "SELECT unfinished_tasks, active_attempts FROM queues WHERE id = %s", (eng.queue,)
+    )
+    assert q == {"unfinished_tasks": 1, "active_attempts": 0}
+
+
+def test_k6_pause_and_goodbye_release_nothing(eng, database):
+    _, queue_public = eng.queue_create()
+    queue = database.query("SELECT id FROM queues WHERE public_id = %s", (queue_public,))[0]["id"]
+    eng.submit("k6/pause", queue)
+    session, _ = eng.hello([queue])
+    [a] = eng.claim(session)
+    eng.start(session, a["attempt_id"])
+    database.call("queue_set_state", eng.t.namespace_id, queue_public, "PAUSED")
+    database.call("worker_goodbye", eng.t.namespace_id, session)
+    r = eng.resource("k6/pause")
+    assert r["holder_attempt_id"] is not None  # still held: ends by lease or result
+    eng.renew(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"])  # a draining worker's result is accepted
+    assert eng.resource("k6/pause")["holder_attempt_id"] is None
+    with pytest.raises(errors.StateConflict):
+        eng.claim(session)  # a closed session claims nothing until hello again
+
+
+def test_pausing_a_queue_hands_key_candidacy_to_another_queue(eng, database):
+    q1, q1_public = eng.queue_create()
+    q2, _ = eng.queue_create()
+    eng.submit("pause/k", q1)
+    other = eng.submit("pause/k", q2)
+    database.call("queue_set_state", eng.t.namespace_id, q1_public, "PAUSED")
+    session, _ = eng.hello([q1, q2])
+    assert [r["task_id"] for r in eng.claim(session)] == [other]
+    database.call("queue_set_state", eng.t.namespace_id, q1_public, "ACTIVE")
+
+
+# Faults --------------------------------------------------------------------------------------
+
+
+def test_deadlock_victim_is_retried_whole(eng, database, orbit_dsn):
+    from orbit_shell import db
+
+    retries = []
+    shell = Database(orbit_dsn, sleep=lambda s: retries.append(s) or time.sleep(s))
+    blocker = db.connect(orbit_dsn, autocommit=False)
+    out = {}
+    with blocker.cursor() as cur:
+        cur.execute(
+            "UPDATE tasks SET business_key = 'x' WHERE namespace_id = %s", (eng.t.namespace_id,)
+        )
+        cur.execute("SELECT id FROM queues WHERE id = %s FOR UPDATE", (eng.queue,))
+
+    def submit():
+        out["id"] = Engine.submit(_with_db(eng, shell))
+
+    thread = threading.Thread(target=submit)
+    try:
+        thread.start()
+        time.sleep(0.5)  # the submit holds the application row and waits for the queue row
+        with blocker.cursor() as cur:
+            try:
+                cur.execute(
+                    "SELECT id FROM applications WHERE id = %s FOR UPDATE", (eng.t.application_id,)
+                )
+            except Exception:  # noqa: BLE001 - if InnoDB picked the blocker, that's fine too
+                pass
+        time.sleep(0.2)
+    finally:
+        blocker.rollback()
+        blocker.close()
+        thread.join(10)
+    assert out.get("id")
+    assert retries, "the procedure was never the deadlock victim"
+
+
+def _with_db(eng: Engine, database: Database) -> Engine:
+    e = Engine.__new__(Engine)
+    e.db, e.t, e.queue = database, eng.t, eng.queue
+    return e
+
+
+def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, database, orbit_dsn):
+    from orbit_shell import db
+
+    eng.submit("kill/k")  # the key row exists
+    before = database.query(
+        "SELECT unfinished_tasks FROM applications WHERE id = %s", (eng.t.application_id,)
+    )
+    shell = Database(orbit_dsn)
+    conn = db.connect(orbit_dsn)
+    with conn.cursor() as cur:
+        cur.execute("SELECT CONNECTION_ID() AS id")
+        victim = cur.fetchone()["id"]
+    shell._idle.put_nowait(conn)  # the shell's next call runs on this connection
+    args = (
+        eng.t.namespace_id,
+        eng.queue,
+        "killed-idem",
+        "f" * 64,
+        "h",
+        "v1",
+        "v1",
+        "{}",
+        "",
+        "kill/k",
+        5,
+        None,
+        None,
+        "test",
+        None,
+        None,
+        None,
+    )
+    out = {}
+
+    def submit():
+        try:
+            shell.call("task_submit", *args)
+        except errors.OrbitError as exc:
+            out["error"] = exc
+
+    blocker = db.connect(orbit_dsn, autocommit=False)
+    thread = threading.Thread(target=submit)
+    try:
+        with blocker.cursor() as cur:
+            cur.execute(
+                "SELECT id FROM concurrency_resources WHERE namespace_id = %s AND "
+                "concurrency_key = 'kill/k' FOR UPDATE",
+                (eng.t.namespace_id,),
+            )
+        thread.start()
+        # Wait until the submit has written its task row and waits for the key row's lock.
+        for _ in range(100):
+            time.sleep(0.05)
+            rows = database.query(
+                "SELECT state FROM information_schema.processlist WHERE id = %s", (victim,)
+            )
+            if rows and "lock" in (rows[0]["state"] or "").lower():
+                break
+        mid = database.query(
+            "SELECT COUNT(*) AS n FROM information_schema.innodb_trx "
+            "WHERE trx_mysql_thread_id = %s AND trx_rows_modified > 0",
+            (victim,),
+        )
+        assert mid == [{"n": 1}], "the submit was not caught mid-transaction"
+        with blocker.cursor() as cur:
+            cur.execute(f"KILL CONNECTION {int(victim)}")
+        thread.join(10)
+    finally:
+        blocker.rollback()
+        blocker.close()
+        thread.join(10)
+    assert isinstance(out.get("error"), errors.Unavailable)
+    assert database.query(
+        "SELECT COUNT(*) AS n FROM idempotency_records WHERE idempotency_key = 'killed-idem'"
+    ) == [{"n": 0}]
+    assert (
+        database.query(
+            "SELECT unfinished_tasks FROM applications WHERE id = %s", (eng.t.application_id,)
+        )
+        == before
+    )
+    # The producer retries with the same Idempotency-Key: exactly one task.
+    shell.call("task_submit", *args)
+    assert database.query(
+        "SELECT COUNT(*) AS n FROM tasks WHERE idempotency_key = 'killed-idem'"
+    ) == [{"n": 1}]
