@@ -13,7 +13,8 @@ class Engine:
         self.db = database
         self.t = tenant
         [row] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
-        self.queue = row["id"]
+        self.queue = tenant.queue_id
+        self.ids = {tenant.queue_id: row["id"]}
 
     def queue_create(
         self, name: str | None = None, lease: int = 30, backoff: int = 1, max_concurrency=None
@@ -31,7 +32,8 @@ class Engine:
             300,
         )
         [q] = self.db.query("SELECT id FROM queues WHERE public_id = %s", (row["queue_id"],))
-        return q["id"], row["queue_id"]
+        self.ids[row["queue_id"]] = q["id"]
+        return row["queue_id"], row["queue_id"]
 
     def submit(
         self,
@@ -44,7 +46,7 @@ class Engine:
         [[row]] = self.db.call(
             "task_submit",
             self.t.namespace_id,
-            queue or self.queue,
+            self.ids[queue or self.queue],
             secrets.token_hex(12),
             secrets.token_hex(32),
             "h",

@@ -20,7 +20,7 @@ class Workers:
     def on_post_hello(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "workers:connect")
         body = read_json(req, validation.WORKER_HELLO, self.max_body)
-        queue_ids = sorted({s.queue(q)["id"] for q in body["queue_ids"]})
+        queue_ids = sorted({s.queue(q)["public_id"] for q in body["queue_ids"]})
         registration = validation.fingerprint({"queues": queue_ids, "capacity": body["capacity"]})
         session, in_flight = s.db.call(
             "worker_hello",

@@ -1,11 +1,12 @@
 -- worker_hello: register or resume a worker session (W1).
 -- Params: namespace, application, stable worker identity, capacity, concurrency_keys flag,
---   JSON array of internal queue ids (scope-checked by the shell), registration fingerprint.
+--   JSON array of public queue ids (the HTTP shell scope-checks them first), registration
+--   fingerprint.
 -- Result sets: 1) {session_id, lease_seconds, concurrency_keys, capacity, state};
 --   2) the in-flight attempts as task.assign rows, with their original tokens.
 -- Errors: STATE_CONFLICT when the identity said hello before with another concurrency_keys
 --   value (the flag is a fixed property of the identity; a new process uses a new identity),
---   INVALID_ARGUMENT for an empty queue list.
+--   NOT_FOUND when a queue id is not a queue of the namespace.
 -- Locks, in order: applications row, worker_sessions row.
 CREATE PROCEDURE worker_hello(
   IN p_namespace_id BIGINT UNSIGNED, IN p_application_id BIGINT UNSIGNED,
@@ -16,6 +17,8 @@ BEGIN
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_flag TINYINT;
+  DECLARE v_wanted INT;
+  DECLARE v_found INT;
   DECLARE v_now DATETIME(6);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
@@ -45,13 +48,16 @@ BEGIN
     DELETE FROM worker_session_queues WHERE session_id = v_session;
   END IF;
 
+  SELECT COUNT(DISTINCT j.qid), COUNT(DISTINCT q.id) INTO v_wanted, v_found
+    FROM JSON_TABLE(p_queue_ids, '$[*]' COLUMNS (qid CHAR(32) CHARACTER SET ascii PATH '$')) j
+    LEFT JOIN queues q ON q.public_id = j.qid AND q.namespace_id = p_namespace_id;
+  IF v_wanted = 0 OR v_wanted <> v_found THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: queue not found';
+  END IF;
   INSERT INTO worker_session_queues (session_id, queue_id)
     SELECT DISTINCT v_session, q.id
-      FROM JSON_TABLE(p_queue_ids, '$[*]' COLUMNS (qid BIGINT UNSIGNED PATH '$')) j
-      JOIN queues q ON q.id = j.qid AND q.namespace_id = p_namespace_id;
-  IF ROW_COUNT() = 0 THEN
-    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INVALID_ARGUMENT: queue_ids names no queue';
-  END IF;
+      FROM JSON_TABLE(p_queue_ids, '$[*]' COLUMNS (qid CHAR(32) CHARACTER SET ascii PATH '$')) j
+      JOIN queues q ON q.public_id = j.qid AND q.namespace_id = p_namespace_id;
   COMMIT;
 
   SELECT s.public_id AS session_id, s.capacity, s.concurrency_keys, s.state,

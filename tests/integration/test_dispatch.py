@@ -89,7 +89,7 @@ def test_k8_ten_thousand_blocked_tasks_do_not_hide_another_key(eng, database):
                 cur.execute(
                     "CALL task_submit(%s, %s, %s, REPEAT('f', 64), 'h', 'v1', 'v1', '{}', "
                     "'', 'hot/key', 5, NULL, NULL, 'test', NULL, NULL, NULL)",
-                    (eng.t.namespace_id, eng.queue, f"bulk-{i}"),
+                    (eng.t.namespace_id, eng.ids[eng.queue], f"bulk-{i}"),
                 )
                 cur.fetchall()
                 while cur.nextset():
@@ -157,7 +157,7 @@ def test_eight_threads_overlapping_keys_never_share_a_key_and_tokens_grow(eng, d
 
     def eng_local(db):
         e = Engine.__new__(Engine)
-        e.db, e.t, e.queue = db, eng.t, eng.queue
+        e.db, e.t, e.queue, e.ids = db, eng.t, eng.queue, eng.ids
         return e
 
     pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
@@ -417,14 +417,14 @@ def test_k6_unknown_releases_but_still_counts_toward_the_backlog(eng, database):
     eng.result(session, a["attempt_id"], "unknown")
     assert eng.resource("k6/unknown")["holder_attempt_id"] is None
     [q] = database.query(
-        "SELECT unfinished_tasks, active_attempts FROM queues WHERE id = %s", (eng.queue,)
+        "SELECT unfinished_tasks, active_attempts FROM queues WHERE id = %s", (eng.ids[eng.queue],)
     )
     assert q == {"unfinished_tasks": 1, "active_attempts": 0}
 
 
 def test_k6_pause_and_goodbye_release_nothing(eng, database):
     _, queue_public = eng.queue_create()
-    queue = database.query("SELECT id FROM queues WHERE public_id = %s", (queue_public,))[0]["id"]
+    queue = queue_public
     eng.submit("k6/pause", queue)
     session, _ = eng.hello([queue])
     [a] = eng.claim(session)
@@ -465,7 +465,7 @@ def test_deadlock_victim_is_retried_whole(eng, database, orbit_dsn):
         cur.execute(
             "UPDATE tasks SET business_key = 'x' WHERE namespace_id = %s", (eng.t.namespace_id,)
         )
-        cur.execute("SELECT id FROM queues WHERE id = %s FOR UPDATE", (eng.queue,))
+        cur.execute("SELECT id FROM queues WHERE id = %s FOR UPDATE", (eng.ids[eng.queue],))
 
     def submit():
         out["id"] = Engine.submit(_with_db(eng, shell))
@@ -492,7 +492,7 @@ def test_deadlock_victim_is_retried_whole(eng, database, orbit_dsn):
 
 def _with_db(eng: Engine, database: Database) -> Engine:
     e = Engine.__new__(Engine)
-    e.db, e.t, e.queue = database, eng.t, eng.queue
+    e.db, e.t, e.queue, e.ids = database, eng.t, eng.queue, eng.ids
     return e
 
 
@@ -511,7 +511,7 @@ def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, databa
     shell._idle.put_nowait(conn)  # the shell's next call runs on this connection
     args = (
         eng.t.namespace_id,
-        eng.queue,
+        eng.ids[eng.queue],
         "killed-idem",
         "f" * 64,
         "h",
