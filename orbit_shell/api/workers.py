@@ -7,7 +7,7 @@ import time
 
 import falcon
 
-from .. import serialize, validation
+from .. import longpoll, serialize, validation
 from .common import ok, read_json, scope
 
 
@@ -49,16 +49,12 @@ class Workers:
         s = scope(req, "workers:consume")
         validation.Hex32()("session_id", session_id)
         body = read_json(req, validation.WORKER_CLAIM, self.max_body)
-        deadline = self.clock() + body["wait_ms"] / 1000.0
-        pause = 0.02
-        while True:
-            [rows] = s.db.call("worker_claim", s.namespace_id, session_id, body["max"])
-            remaining = deadline - self.clock()
-            if rows or remaining <= 0:
-                break
-            # Long poll: retry with a growing pause, never past the caller's wait.
-            self.sleep(min(pause, remaining))
-            pause = min(pause * 2, 0.25)
+        rows = longpoll.poll(
+            lambda: s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0],
+            body["wait_ms"],
+            self.sleep,
+            self.clock,
+        )
         ok(req, resp, {"assignments": [serialize.assignment(r) for r in rows]})
 
     def on_post_goodbye(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:

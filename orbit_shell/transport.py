@@ -1,0 +1,186 @@
+"""Worker transports (W9): the same worker protocol over HTTP or directly over MySQL.
+
+Both return the wire shapes of SPEC 5 (``task.assign`` dicts with the token as a decimal
+string), so the worker and its protocol checks (W5) are the same whichever transport runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import errors, longpoll, serialize, validation
+from .client import Client
+from .db import Database
+from .models import ApiError, api_error
+
+
+@dataclass(frozen=True)
+class Hello:
+    session_id: str
+    lease_seconds: int
+    in_flight: list[dict[str, Any]]
+
+
+class Transport(Protocol):
+    def hello(
+        self, worker_id: str, queue_ids: list[str], capacity: int, concurrency_keys: bool
+    ) -> Hello: ...
+    def claim(self, session_id: str, max: int, wait_ms: int) -> list[dict[str, Any]]: ...
+    def start(self, session_id: str, attempt_id: str) -> dict[str, Any]: ...
+    def renew(self, session_id: str, attempt_id: str) -> str: ...
+    def result(
+        self,
+        session_id: str,
+        attempt_id: str,
+        outcome: str,
+        retryable: bool,
+        result: Any,
+        error: Any,
+    ) -> dict[str, Any]: ...
+    def goodbye(self, session_id: str) -> None: ...
+
+
+class HttpTransport:
+    """The default: the W7 routes with a bearer token."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
+        data = self.client.request(
+            "POST",
+            "/v1/workers/hello",
+            {
+                "worker_id": worker_id,
+                "queue_ids": queue_ids,
+                "capacity": capacity,
+                "concurrency_keys": concurrency_keys,
+            },
+            safe=True,
+        )[1]
+        return Hello(data["session_id"], data["lease_seconds"], data["in_flight"])
+
+    def claim(self, session_id, max, wait_ms):
+        data = self.client.request(
+            "POST",
+            f"/v1/workers/{session_id}/claim",
+            {"max": max, "wait_ms": wait_ms},
+            timeout=self.client.timeout + wait_ms / 1000.0,
+        )[1]
+        return data["assignments"]
+
+    def start(self, session_id, attempt_id):
+        return self.client.request(
+            "POST", f"/v1/attempts/{attempt_id}/start", {"session_id": session_id}
+        )[1]
+
+    def renew(self, session_id, attempt_id):
+        return self.client.request(
+            "POST", f"/v1/attempts/{attempt_id}/renew", {"session_id": session_id}
+        )[1]["lease_expires_at"]
+
+    def result(self, session_id, attempt_id, outcome, retryable, result, error):
+        return self.client.request(
+            "POST",
+            f"/v1/attempts/{attempt_id}/result",
+            {
+                "session_id": session_id,
+                "outcome": outcome,
+                "retryable": retryable,
+                "result": result,
+                "error": error,
+            },
+            safe=True,
+        )[1]
+
+    def goodbye(self, session_id):
+        self.client.request("POST", f"/v1/workers/{session_id}/goodbye", {})
+
+
+class MysqlTransport:
+    """Trusted workers inside the database's network: the same procedures, called directly.
+
+    Args:
+        dsn: a MySQL URL, typically of the account made by ``orbit-admin worker-account``.
+        application, environment, namespace: the names the worker serves.
+    """
+
+    def __init__(
+        self, dsn: str, application: str, environment: str, namespace: str, sleep=time.sleep
+    ) -> None:
+        self.db = Database(dsn, pool_size=4)
+        self.sleep = sleep
+        [[row]] = self._call("worker_namespace", application, environment, namespace)
+        self.namespace_id = row["namespace_id"]
+        self.application_id = row["application_id"]
+
+    def _call(self, procedure: str, *args: Any):
+        try:
+            return self.db.call(procedure, *args)
+        except errors.OrbitError as exc:  # the same typed errors the HTTP transport raises
+            raise api_error(exc.code, exc.status, exc.message, exc.details) from exc
+
+    def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
+        for i, q in enumerate(queue_ids):
+            _checked(validation.Hex32(), f"queue_ids[{i}]", q)
+        queues = sorted(set(queue_ids))
+        session, in_flight = self._call(
+            "worker_hello",
+            self.namespace_id,
+            self.application_id,
+            worker_id,
+            capacity,
+            int(concurrency_keys),
+            json.dumps(queues),
+            validation.fingerprint({"queues": queues, "capacity": capacity}),
+        )
+        row = session[0]
+        return Hello(
+            row["session_id"], row["lease_seconds"], [serialize.assignment(r) for r in in_flight]
+        )
+
+    def claim(self, session_id, max, wait_ms):
+        rows = longpoll.poll(
+            lambda: self._call("worker_claim", self.namespace_id, session_id, max)[0],
+            wait_ms,
+            self.sleep,
+        )
+        return [serialize.assignment(r) for r in rows]
+
+    def start(self, session_id, attempt_id):
+        [[row]] = self._call("attempt_start", self.namespace_id, session_id, attempt_id)
+        return serialize.attempt(row)
+
+    def renew(self, session_id, attempt_id):
+        [[row]] = self._call("attempt_renew", self.namespace_id, session_id, attempt_id)
+        return serialize.iso(row["lease_expires_at"])
+
+    def result(self, session_id, attempt_id, outcome, retryable, result, error):
+        [[row]] = self._call(
+            "attempt_result",
+            self.namespace_id,
+            session_id,
+            attempt_id,
+            outcome,
+            int(retryable),
+            None if result is None else validation.canonical_json(result),
+            None if error is None else validation.canonical_json(error),
+        )
+        return {
+            "attempt_id": row["attempt_id"],
+            "task_id": row["task_id"],
+            "duplicate": bool(row["duplicate"]),
+        }
+
+    def goodbye(self, session_id):
+        self._call("worker_goodbye", self.namespace_id, session_id)
+
+
+def _checked(check, name: str, value: Any) -> Any:
+    try:
+        return check(name, value)
+    except errors.OrbitError as exc:
+        raise ApiError(exc.code, exc.status, exc.message, exc.details) from exc

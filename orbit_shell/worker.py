@@ -1,0 +1,398 @@
+"""The polling worker SDK (W4, W5).
+
+A :class:`Worker` says hello once, claims with a bounded long poll, confirms **start** before a
+handler runs, renews leases in the background, reports results and drains on shutdown::
+
+    worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
+
+    @worker.handler("object.update", "v1")
+    def update(event):
+        store.write(event.task.concurrency_key, event.concurrency_token, ...)
+
+    worker.run(install_signals=True)   # SIGTERM/SIGINT: stop claiming, finish, goodbye
+
+Handlers return a JSON value (``succeeded``), raise :class:`Retry` (``failed``, retryable),
+raise :class:`UnknownOutcome` (``unknown`` -> NEEDS_REVIEW), or raise anything else
+(``failed``, not retryable).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .client import Client
+from .models import ApiError, LeaseLostError, ProtocolError, UnavailableError, parse_token
+from .transport import HttpTransport, Transport
+
+log = logging.getLogger("orbit.worker")
+
+
+class Retry(Exception):
+    """Raise from a handler: the attempt failed and may be retried (with backoff)."""
+
+
+class UnknownOutcome(Exception):
+    """Raise from a handler when the effect is unknown: the task goes to NEEDS_REVIEW."""
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    task_id: str
+    queue_id: str
+    handler: str
+    handler_version: str
+    payload_version: str
+    payload: Any
+    priority: int
+    concurrency_key: str | None
+    business_key: str | None
+    max_attempts: int | None
+    deadline_at: str | None
+
+
+@dataclass
+class TaskEvent:
+    """What a handler receives. ``concurrency_token`` is an int for keyed tasks, else None."""
+
+    attempt_id: str
+    attempt_number: int
+    task: TaskInfo
+    concurrency_token: int | None
+    lease_expires_at: str
+    lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def payload(self) -> Any:
+        return self.task.payload
+
+
+class ProtocolGuard:
+    """W5: refuse assignments that break the keyed-concurrency protocol.
+
+    Refused: a keyed task without a token, a token without a key, a keyed task on a session
+    that did not declare support, and a re-dispatch that changes an attempt's key or token.
+    """
+
+    def __init__(self, concurrency_keys: bool, remember: int = 10_000) -> None:
+        self.concurrency_keys = concurrency_keys
+        self.seen: collections.OrderedDict[str, tuple[str | None, int | None]] = (
+            collections.OrderedDict()
+        )
+        self.remember = remember
+
+    def check(self, wire: dict[str, Any]) -> TaskEvent:
+        if wire.get("type") != "task.assign":
+            raise ProtocolError(f"unexpected message type {wire.get('type')!r}")
+        task = wire["task"]
+        key = task.get("concurrency_key") or None
+        raw_token = wire.get("concurrency_token")
+        if key is not None and raw_token is None:
+            raise ProtocolError(f"keyed task {task['task_id']} arrived without a token")
+        if key is None and raw_token is not None:
+            raise ProtocolError(f"task {task['task_id']} has a token but no key")
+        if key is not None and not self.concurrency_keys:
+            raise ProtocolError(
+                f"keyed task {task['task_id']} sent to a session without concurrency_keys"
+            )
+        token = None if raw_token is None else parse_token(raw_token)
+        attempt_id = wire["attempt_id"]
+        if attempt_id in self.seen and self.seen[attempt_id] != (key, token):
+            raise ProtocolError(f"re-dispatch of attempt {attempt_id} changed its key or token")
+        self.seen[attempt_id] = (key, token)
+        self.seen.move_to_end(attempt_id)
+        while len(self.seen) > self.remember:
+            self.seen.popitem(last=False)
+        info = TaskInfo(
+            task_id=task["task_id"],
+            queue_id=task["queue_id"],
+            handler=task["handler"],
+            handler_version=task["handler_version"],
+            payload_version=task["payload_version"],
+            payload=task.get("payload"),
+            priority=task.get("priority", 5),
+            concurrency_key=key,
+            business_key=task.get("business_key"),
+            max_attempts=task.get("max_attempts"),
+            deadline_at=task.get("deadline_at"),
+        )
+        return TaskEvent(attempt_id, wire["attempt_number"], info, token, wire["lease_expires_at"])
+
+
+Handler = Callable[[TaskEvent], Any]
+
+
+class Worker:
+    """A polling worker process (or thread).
+
+    Args:
+        queue_ids: queues to claim from.
+        url, token: the Orbit server and a credential with workers:connect/consume (HTTP).
+        transport: another transport instead (e.g. :class:`~orbit_shell.transport.MysqlTransport`).
+        capacity: handlers running at once.
+        worker_id: stable identity; a fresh one per process by default.
+        concurrency_keys: declare support for keyed tasks (default True, W4).
+        wait_ms: long-poll wait of a claim.
+        drain_timeout: seconds in-flight work may take to finish when draining.
+    """
+
+    def __init__(
+        self,
+        queue_ids: list[str],
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        transport: Transport | None = None,
+        capacity: int = 4,
+        worker_id: str | None = None,
+        concurrency_keys: bool = True,
+        wait_ms: int = 2000,
+        drain_timeout: float = 30.0,
+        max_idle_backoff: float = 5.0,
+    ) -> None:
+        if transport is None:
+            if not (url and token):
+                raise ValueError("give url and token, or a transport")
+            transport = HttpTransport(Client(url, token))
+        self.transport = transport
+        self.queue_ids = list(queue_ids)
+        self.capacity = capacity
+        self.worker_id = worker_id or (
+            f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        )
+        self.concurrency_keys = concurrency_keys
+        self.wait_ms = wait_ms
+        self.drain_timeout = drain_timeout
+        self.max_idle_backoff = max_idle_backoff
+        self.handlers: dict[tuple[str, str], Handler] = {}
+        self.guard = ProtocolGuard(concurrency_keys)
+        self.session_id: str | None = None
+        self.lease_seconds = 30
+        self.inflight: dict[str, TaskEvent] = {}
+        self.completed = 0
+        self.drained = False
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._slots = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    # Registration ---------------------------------------------------------------------------
+    def register(self, name: str, version: str, fn: Handler) -> None:
+        self.handlers[(name, version)] = fn
+
+    def handler(self, name: str, version: str = "v1") -> Callable[[Handler], Handler]:
+        def decorate(fn: Handler) -> Handler:
+            self.register(name, version, fn)
+            return fn
+
+        return decorate
+
+    # Lifecycle ------------------------------------------------------------------------------
+    def start(self) -> Worker:
+        """Run in a background thread; returns at once."""
+        self._thread = threading.Thread(
+            target=self.run, name=f"orbit-{self.worker_id}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the worker to drain: stop claiming, let in-flight work finish, say goodbye."""
+        self._stopping.set()
+        with self._slots:
+            self._slots.notify_all()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Stop and wait for the drain; True when every in-flight attempt finished."""
+        self.stop()
+        self._done.wait(timeout if timeout is not None else self.drain_timeout + 10)
+        return self.drained
+
+    def run(self, install_signals: bool = False) -> None:
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="orbit-handler")
+        try:
+            if self._hello(pool):
+                renewer = threading.Thread(target=self._renew_loop, daemon=True)
+                renewer.start()
+                self._claim_loop(pool)
+            self._finish(pool)
+        finally:
+            self._done.set()
+
+    # Internals ------------------------------------------------------------------------------
+    def _hello(self, pool: ThreadPoolExecutor) -> bool:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            try:
+                hello = self.transport.hello(
+                    self.worker_id, self.queue_ids, self.capacity, self.concurrency_keys
+                )
+            except UnavailableError as exc:
+                log.warning("hello failed: %s", exc, extra={"action": "worker.hello"})
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self.max_idle_backoff)
+                continue
+            self.session_id, self.lease_seconds = hello.session_id, hello.lease_seconds
+            log.info(
+                "session open",
+                extra={
+                    "action": "worker.hello",
+                    "session_id": self.session_id,
+                    "in_flight": len(hello.in_flight),
+                },
+            )
+            self._dispatch(hello.in_flight, pool)
+            return True
+        return False
+
+    def _claim_loop(self, pool: ThreadPoolExecutor) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            with self._slots:
+                free = self.capacity - len(self.inflight)
+                if free <= 0:
+                    self._slots.wait(0.5)
+                    continue
+            try:
+                assignments = self.transport.claim(self.session_id, free, self.wait_ms)
+                backoff = 0.1
+            except ApiError as exc:
+                log.warning("claim failed: %s", exc, extra={"action": "worker.claim"})
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self.max_idle_backoff)
+                continue
+            self._dispatch(assignments, pool)
+
+    def _dispatch(self, wires: list[dict[str, Any]], pool: ThreadPoolExecutor) -> None:
+        for wire in wires:
+            if wire["attempt_id"] in self.inflight:
+                continue
+            try:
+                event = self.guard.check(wire)
+            except ProtocolError as exc:
+                # Never run it: its lease will expire and the server recovers the attempt.
+                log.error(
+                    "refused assignment: %s",
+                    exc,
+                    extra={"action": "worker.protocol", "attempt_id": wire.get("attempt_id")},
+                )
+                continue
+            with self._slots:
+                self.inflight[event.attempt_id] = event
+            pool.submit(self._execute, event)
+
+    def _execute(self, event: TaskEvent) -> None:
+        ids = {
+            "attempt_id": event.attempt_id,
+            "task_id": event.task.task_id,
+            "concurrency_token": event.concurrency_token,
+        }
+        try:
+            try:
+                self.transport.start(self.session_id, event.attempt_id)
+            except ApiError as exc:
+                log.warning("start refused: %s", exc, extra={"action": "worker.start", **ids})
+                return
+            outcome, retryable, result, error = self._call_handler(event)
+            self._report(event, outcome, retryable, result, error, ids)
+        finally:
+            with self._slots:
+                self.inflight.pop(event.attempt_id, None)
+                self._slots.notify_all()
+
+    def _call_handler(self, event: TaskEvent) -> tuple[str, bool, Any, Any]:
+        fn = self.handlers.get((event.task.handler, event.task.handler_version))
+        if fn is None:
+            return (
+                "failed",
+                False,
+                None,
+                {
+                    "type": "NoHandler",
+                    "message": f"no handler for {event.task.handler} {event.task.handler_version}",
+                },
+            )
+        try:
+            result = fn(event)
+            json.dumps(result)
+            return "succeeded", False, result, None
+        except Retry as exc:
+            return "failed", True, None, {"type": "Retry", "message": str(exc)}
+        except UnknownOutcome as exc:
+            return "unknown", False, None, {"type": "UnknownOutcome", "message": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a handler's failure is the task's result
+            log.exception(
+                "handler failed", extra={"action": "worker.handler", "attempt_id": event.attempt_id}
+            )
+            return "failed", False, None, {"type": type(exc).__name__, "message": str(exc)}
+
+    def _report(self, event, outcome, retryable, result, error, ids) -> None:
+        backoff = 0.1
+        for _ in range(8):  # an identical result is idempotent, so retrying is safe
+            try:
+                self.transport.result(
+                    self.session_id, event.attempt_id, outcome, retryable, result, error
+                )
+                self.completed += 1
+                log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
+                return
+            except LeaseLostError as exc:
+                log.warning("result refused: %s", exc, extra={"action": "worker.result", **ids})
+                return
+            except UnavailableError as exc:
+                log.warning(
+                    "result failed, retrying: %s", exc, extra={"action": "worker.result", **ids}
+                )
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            except ApiError as exc:
+                log.error("result refused: %s", exc, extra={"action": "worker.result", **ids})
+                return
+
+    def _renew_loop(self) -> None:
+        interval = max(0.2, self.lease_seconds / 3)
+        while not self._done.wait(interval):
+            with self._slots:
+                events = list(self.inflight.values())
+            for event in events:
+                try:
+                    event.lease_expires_at = self.transport.renew(self.session_id, event.attempt_id)
+                except LeaseLostError:
+                    event.lease_lost.set()
+                    log.warning(
+                        "lease lost",
+                        extra={"action": "worker.renew", "attempt_id": event.attempt_id},
+                    )
+                except ApiError as exc:
+                    log.debug("renew failed: %s", exc, extra={"action": "worker.renew"})
+
+    def _finish(self, pool: ThreadPoolExecutor) -> None:
+        deadline = time.monotonic() + self.drain_timeout
+        with self._slots:
+            while self.inflight and time.monotonic() < deadline:
+                self._slots.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            self.drained = not self.inflight
+        if self.session_id:
+            try:
+                self.transport.goodbye(self.session_id)
+            except ApiError as exc:
+                log.warning("goodbye failed: %s", exc, extra={"action": "worker.goodbye"})
+        pool.shutdown(wait=False, cancel_futures=True)
+        log.info(
+            "drained" if self.drained else "stopped with work in flight",
+            extra={"action": "worker.drain", "session_id": self.session_id},
+        )
