@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import secrets
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
-from .. import auth, errors
+import pymysql
+
+from .. import auth, db, errors
 from ..db import Database
 
 BASE_SCOPES = ("queues:manage", "tasks:submit", "tasks:read")
@@ -38,15 +43,67 @@ def bootstrap(database: Database, args: argparse.Namespace) -> dict:
         "namespace": args.namespace,
         "scopes": list(scopes),
     }
-    output = Path(args.output)
-    # Create with 0600 from the start: the secret must never be readable by others, not even
-    # for the moment between write and chmod.
+    _write_private(Path(args.output), document)
+    return document
+
+
+# What a direct (MySQL transport) worker may run: nothing else, and no table privileges. The
+# procedures are SQL SECURITY DEFINER, so they act with their definer's rights (W9).
+WORKER_PROCEDURES = (
+    "worker_namespace",
+    "worker_hello",
+    "worker_claim",
+    "attempt_start",
+    "attempt_renew",
+    "attempt_result",
+    "worker_goodbye",
+)
+ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+HOST_PATTERN = re.compile(r"^[A-Za-z0-9_.%:-]{1,60}$")
+
+
+def worker_account(dsn: str, args: argparse.Namespace) -> dict:
+    """Create (or re-grant) a MySQL account that may only EXECUTE the worker procedures."""
+    if not ACCOUNT_NAME.match(args.user) or not HOST_PATTERN.match(args.host):
+        raise errors.InvalidArgument("user must be [A-Za-z0-9_]{1,32}; host a host pattern")
+    password = secrets.token_urlsafe(24)
+    settings = db.parse_dsn(dsn)
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "CREATE USER IF NOT EXISTS %s@%s IDENTIFIED BY %s", (args.user, args.host, password)
+            )
+            cur.execute("ALTER USER %s@%s IDENTIFIED BY %s", (args.user, args.host, password))
+            for procedure in WORKER_PROCEDURES:
+                cur.execute(
+                    f"GRANT EXECUTE ON PROCEDURE `{settings['database']}`.`{procedure}` TO %s@%s",
+                    (args.user, args.host),
+                )
+    finally:
+        conn.close()
+    worker_dsn = (
+        f"mysql://{args.user}:{quote(password, safe='')}@{settings['host']}:"
+        f"{settings['port']}/{settings['database']}"
+    )
+    document = {
+        "user": args.user,
+        "host": args.host,
+        "password": password,
+        "dsn": worker_dsn,
+        "procedures": list(WORKER_PROCEDURES),
+    }
+    _write_private(Path(args.output), document)
+    return document
+
+
+def _write_private(output: Path, document: dict) -> None:
+    # Create with 0600 from the start: a secret must never be readable by others.
     fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         json.dump(document, handle, indent=2)
         handle.write("\n")
     os.chmod(output, 0o600)
-    return document
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,11 +116,25 @@ def main(argv: list[str] | None = None) -> int:
     boot.add_argument("--queue", required=True)
     boot.add_argument("--worker-access", action="store_true")
     boot.add_argument("--output", required=True)
+    account = sub.add_parser(
+        "worker-account", help="create a MySQL account that may only run worker procedures"
+    )
+    account.add_argument("--user", required=True)
+    account.add_argument("--host", default="%")
+    account.add_argument("--output", required=True, help="JSON file (0600) with the password")
     args = parser.parse_args(argv)
     dsn = os.environ.get("ORBIT_MYSQL_DSN")
     if not dsn:
         print("orbit-admin: ORBIT_MYSQL_DSN is not set", file=sys.stderr)
         return 2
+    if args.command == "worker-account":
+        try:
+            worker_account(dsn, args)
+        except (errors.OrbitError, pymysql.MySQLError) as exc:
+            print(f"orbit-admin: {exc}", file=sys.stderr)
+            return 1
+        print(f"worker account {args.user}@{args.host} -> {args.output}")
+        return 0
     database = Database(dsn)
     try:
         document = bootstrap(database, args)

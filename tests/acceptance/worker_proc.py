@@ -1,0 +1,44 @@
+"""A worker process for acceptance tests: its handler announces itself, sleeps, then writes
+through the SQL fenced store with its token. Configured by environment variables."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from orbit_shell.fence import SqlFencedStore
+from orbit_shell.worker import Worker
+
+
+def main() -> None:
+    store = SqlFencedStore(os.environ["FENCE_DSN"], os.environ["FENCE_NAMESPACE"])
+    worker = Worker(
+        [os.environ["QUEUE_ID"]],
+        url=os.environ["ORBIT_URL"],
+        token=os.environ["ORBIT_TOKEN"],
+        capacity=2,
+        wait_ms=500,
+        drain_timeout=5,
+    )
+
+    @worker.handler("object.update", "v1")
+    def update(event):
+        print(f"started {event.attempt_id} {event.concurrency_token}", flush=True)
+        time.sleep(float(os.environ.get("HANDLER_SLEEP", "0")))
+        store.write(
+            os.environ["FENCE_NAMESPACE"],
+            event.task.concurrency_key,
+            event.concurrency_token,
+            event.task.task_id,
+            os.environ.get("VALUE", "v"),
+        )
+        print(f"wrote {event.attempt_id} {event.concurrency_token}", flush=True)
+        return {"token": str(event.concurrency_token)}
+
+    worker.run(install_signals=True)
+    print(f"drained={worker.drained}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

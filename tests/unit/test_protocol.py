@@ -1,0 +1,68 @@
+"""W5 protocol checks of the SDK worker and token parsing (K9), without a server."""
+
+from __future__ import annotations
+
+import pytest
+
+from orbit_shell.models import ProtocolError, parse_token
+from orbit_shell.worker import ProtocolGuard
+
+
+def assign(attempt="a" * 32, key="object/42", token="17"):
+    wire = {
+        "type": "task.assign",
+        "attempt_id": attempt,
+        "attempt_number": 1,
+        "lease_expires_at": "2026-01-01T00:00:00.000000Z",
+        "task": {
+            "task_id": "t" * 32,
+            "queue_id": "q" * 32,
+            "handler": "h",
+            "handler_version": "v1",
+            "payload_version": "v1",
+            "payload": {},
+        },
+    }
+    if key is not None:
+        wire["task"]["concurrency_key"] = key
+    if token is not None:
+        wire["concurrency_token"] = token
+    return wire
+
+
+def test_w5_accepts_a_well_formed_keyed_assignment_with_an_int_token():
+    event = ProtocolGuard(True).check(assign(token="18446744073709551615"))
+    assert event.concurrency_token == 18446744073709551615
+    assert isinstance(event.concurrency_token, int)
+    assert event.task.concurrency_key == "object/42"
+
+
+def test_w5_keyed_task_without_token_is_refused():
+    with pytest.raises(ProtocolError, match="without a token"):
+        ProtocolGuard(True).check(assign(token=None))
+
+
+def test_w5_token_without_key_is_refused():
+    with pytest.raises(ProtocolError, match="no key"):
+        ProtocolGuard(True).check(assign(key=None))
+
+
+def test_w5_keyed_task_on_a_session_without_support_is_refused():
+    with pytest.raises(ProtocolError, match="without concurrency_keys"):
+        ProtocolGuard(False).check(assign())
+    ProtocolGuard(False).check(assign(key=None, token=None))  # unkeyed still fine
+
+
+@pytest.mark.parametrize("change", [{"token": "18"}, {"key": "object/43"}])
+def test_w5_redispatch_that_changes_key_or_token_is_refused(change):
+    guard = ProtocolGuard(True)
+    guard.check(assign())
+    guard.check(assign())  # the same re-dispatch (resume) is fine
+    with pytest.raises(ProtocolError, match="changed"):
+        guard.check(assign(**change))
+
+
+@pytest.mark.parametrize("bad", [17, 17.0, "0", "-1", "1e3", "18446744073709551616", "017", ""])
+def test_k9_tokens_are_nonzero_u64_decimal_strings(bad):
+    with pytest.raises(ProtocolError):
+        parse_token(bad)
