@@ -1,0 +1,209 @@
+"""One worker suite, run over both transports (W9): HTTP through gunicorn, and the direct MySQL
+transport with the least-privilege account from `orbit-admin worker-account`."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import threading
+import time
+from collections import defaultdict
+from urllib.parse import urlparse
+
+import pymysql
+import pytest
+
+from orbit_shell import db
+from orbit_shell.cli.admin import worker_account
+from orbit_shell.client import Client
+from orbit_shell.models import SubmitTaskRequest
+from orbit_shell.transport import MysqlTransport
+from orbit_shell.worker import Retry, UnknownOutcome, Worker
+
+
+@pytest.fixture(scope="session")
+def worker_dsn(orbit_dsn, server, tmp_path_factory):
+    """A direct-worker account made by orbit-admin; its DSN reaches the server over TCP."""
+    name = "orbit_worker_" + secrets.token_hex(3)
+    out = tmp_path_factory.mktemp("acct") / "worker.json"
+    doc = worker_account(
+        orbit_dsn, argparse.Namespace(user=name, host="localhost", output=str(out))
+    )
+    url = urlparse(doc["dsn"])
+    suffix = f"?unix_socket={server.socket}" if server.socket else ""
+    return f"mysql://{url.username}:{url.password}@{server.host}:{server.port}{url.path}{suffix}"
+
+
+@pytest.fixture(params=["http", "mysql"])
+def make_worker(request, orbit_server, tenant, worker_dsn):
+    workers = []
+
+    def make(queue_ids, **kwargs):
+        if request.param == "http":
+            worker = Worker(queue_ids, url=orbit_server, token=tenant.token, wait_ms=300, **kwargs)
+        else:
+            transport = MysqlTransport(worker_dsn, tenant.application, "test", tenant.namespace)
+            worker = Worker(queue_ids, transport=transport, wait_ms=300, **kwargs)
+        workers.append(worker)
+        return worker
+
+    yield make
+    for worker in workers:
+        worker.drain(timeout=10)
+
+
+@pytest.fixture
+def api(orbit_server, tenant):
+    client = Client(orbit_server, tenant.token)
+    yield client
+    client.close()
+
+
+def _submit(api, queue_id, handler="job", key=None, **kw):
+    return api.submit_task(
+        secrets.token_hex(8),
+        SubmitTaskRequest(
+            queue_id=queue_id,
+            handler=handler,
+            handler_version="v1",
+            payload_version="v1",
+            payload={"n": 1},
+            concurrency_key=key,
+            **kw,
+        ),
+    ).task.task_id
+
+
+def _wait(api, task_ids, states=("SUCCEEDED", "FAILED", "NEEDS_REVIEW"), timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = {t: api.get_task(t).state for t in task_ids}
+        if all(s in states for s in found.values()) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def test_outcomes_map_from_handlers(make_worker, api, tenant):
+    q = api.create_queue("outcomes", retry_backoff_seconds=0, retry_backoff_max_seconds=0).queue_id
+    calls = defaultdict(int)
+    worker = make_worker([q], capacity=4)
+
+    @worker.handler("ok")
+    def ok(event):
+        return {
+            "echo": event.payload,
+            "key": event.task.concurrency_key,
+            "token": event.concurrency_token,
+        }
+
+    @worker.handler("flaky")
+    def flaky(event):
+        calls[event.task.task_id] += 1
+        if event.attempt_number == 1:
+            raise Retry("try again")
+        return "second time"
+
+    @worker.handler("unknown")
+    def unknown(event):
+        raise UnknownOutcome("timed out talking to the resource")
+
+    @worker.handler("broken")
+    def broken(event):
+        raise ValueError("bad input")
+
+    worker.start()
+    ids = {
+        name: _submit(api, q, name, key="out/k" if name == "ok" else None)
+        for name in ("ok", "flaky", "unknown", "broken", "nobody")
+    }
+    states = _wait(api, ids.values())
+    assert states == {
+        ids["ok"]: "SUCCEEDED",
+        ids["flaky"]: "SUCCEEDED",
+        ids["unknown"]: "NEEDS_REVIEW",
+        ids["broken"]: "FAILED",
+        ids["nobody"]: "FAILED",
+    }
+    ok_task = api.get_task(ids["ok"])
+    assert ok_task.result == {"echo": {"n": 1}, "key": "out/k", "token": 1}
+    assert calls[ids["flaky"]] == 2
+    assert api.get_task(ids["broken"]).error["type"] == "ValueError"
+    assert worker.drain(timeout=10) is True
+
+
+def test_one_key_never_runs_twice_at_once_and_tokens_grow(make_worker, api):
+    queues = [api.create_queue(f"keyed-{i}").queue_id for i in range(2)]
+    running, overlaps, tokens = defaultdict(int), [], []
+    lock = threading.Lock()
+
+    def handler(event):
+        with lock:
+            running[event.task.concurrency_key] += 1
+            if running[event.task.concurrency_key] > 1:
+                overlaps.append(event.attempt_id)
+            tokens.append(event.concurrency_token)
+        time.sleep(0.02)
+        with lock:
+            running[event.task.concurrency_key] -= 1
+
+    for _ in range(2):
+        worker = make_worker(queues, capacity=4)
+        worker.register("job", "v1", handler)
+        worker.start()
+    ids = [_submit(api, queues[i % 2], key="shared/key") for i in range(10)]
+    assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+    assert overlaps == []
+    assert tokens == sorted(tokens) and len(set(tokens)) == 10
+
+
+def test_unkeyed_sessions_never_receive_keyed_tasks(make_worker, api):
+    q = api.create_queue("legacy").queue_id
+    seen = []
+    worker = make_worker([q], capacity=2, concurrency_keys=False)
+    worker.register("job", "v1", lambda e: seen.append(e.task.concurrency_key))
+    worker.start()
+    plain = _submit(api, q)
+    keyed = _submit(api, q, key="legacy/k")
+    assert _wait(api, [plain]) == {plain: "SUCCEEDED"}
+    time.sleep(1.0)
+    assert api.get_task(keyed).state == "WAITING"
+    assert seen == [None]
+
+
+def test_drain_finishes_in_flight_work_then_says_goodbye(make_worker, api):
+    q = api.create_queue("drain").queue_id
+    started = threading.Event()
+    worker = make_worker([q], capacity=1, drain_timeout=10)
+
+    @worker.handler("job")
+    def slow(event):
+        started.set()
+        time.sleep(0.5)
+        return "done"
+
+    worker.start()
+    task = _submit(api, q)
+    assert started.wait(10)
+    assert worker.drain(timeout=15) is True
+    assert api.get_task(task).state == "SUCCEEDED"
+
+
+def test_least_privilege_account_can_run_worker_procedures_but_not_touch_tables(worker_dsn):
+    conn = db.connect(worker_dsn)
+    try:
+        with conn.cursor() as cur:
+            for sql in (
+                "SELECT * FROM tasks LIMIT 1",
+                "UPDATE tasks SET priority = 0",
+                "INSERT INTO orbit_meta VALUES ('x', 'y', NOW())",
+                "CALL task_cancel(1, REPEAT('0', 32), 'me')",
+                "CALL tenant_bootstrap('a','b','c','d','e','f','g','h')",
+            ):
+                with pytest.raises(pymysql.err.MySQLError) as info:
+                    cur.execute(sql)
+                assert info.value.args[0] in (1142, 1370), sql  # table / routine access denied
+            with pytest.raises(pymysql.err.MySQLError) as info:
+                cur.execute("CALL worker_namespace('no-such-app', 'test', 'ns')")
+            assert "NOT_FOUND" in str(info.value.args[1])  # allowed to run, answered normally
+    finally:
+        conn.close()
