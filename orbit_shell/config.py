@@ -16,6 +16,7 @@ class Config:
         max_body_bytes: larger request bodies are 413.
         db_pool_size: idle connections kept per process.
         sweep_interval: seconds between lease sweeps (0 disables the sweeper).
+        schedule_interval: seconds between scheduler passes (0 disables the scheduler).
         http_workers / http_threads: gunicorn worker processes and threads per process.
     """
 
@@ -37,6 +38,7 @@ class Config:
             dsn=dsn,
             http_addr=os.environ.get("ORBIT_HTTP_ADDR", "127.0.0.1:8080"),
             sweep_interval=float(os.environ.get("ORBIT_SWEEP_INTERVAL", "1.0")),
+            schedule_interval=float(os.environ.get("ORBIT_SCHEDULE_INTERVAL", "1.0")),
             http_workers=int(os.environ.get("ORBIT_HTTP_WORKERS", "4")),
             http_threads=int(os.environ.get("ORBIT_HTTP_THREADS", "8")),
         )

@@ -310,6 +310,8 @@ def idempotency_key(header: str | None) -> str:
     """Validate the ``Idempotency-Key`` header (required; 1-255 printable ASCII)."""
     if header is None:
         raise field_error("Idempotency-Key", "header is required")
+    if header.startswith("schedule:"):
+        raise field_error("Idempotency-Key", "the prefix schedule: is reserved for schedule fires")
     return IDEMPOTENCY_KEY("Idempotency-Key", header)
 
 

@@ -22,6 +22,7 @@ from . import openapi
 from .attempts import Attempts
 from .queues import Queues
 from .routes import ROUTES
+from .schedules import Schedules
 from .system import Health, Metrics, OpenApi, Ready
 from .tasks import Tasks
 from .workers import Workers
@@ -124,6 +125,7 @@ def create_app(
         "tasks": Tasks(config.max_body_bytes),
         "workers": Workers(config.max_body_bytes),
         "attempts": Attempts(config.max_body_bytes),
+        "schedules": Schedules(config.max_body_bytes),
     }
     for route in ROUTES:
         kwargs = {"suffix": route.suffix} if route.suffix else {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import schedules as sch
 from .. import validation as v
 
 
@@ -95,6 +96,43 @@ ROUTES: list[Route] = [
         "tasks",
         "resolve",
         {"post": Op("Resolve a NEEDS_REVIEW task", "tasks:submit", v.TASK_RESOLVE)},
+    ),
+    Route(
+        "/v1/schedules",
+        "schedules",
+        None,
+        {
+            "post": Op("Create a schedule", "queues:manage", sch.SCHEDULE_CREATE, 201),
+            "get": Op("List schedules", "tasks:read"),
+        },
+    ),
+    Route(
+        "/v1/schedules/{schedule_id}",
+        "schedules",
+        "item",
+        {"get": Op("Read a schedule", "tasks:read")},
+    ),
+    Route(
+        "/v1/schedules/{schedule_id}/versions",
+        "schedules",
+        "versions",
+        {
+            "post": Op(
+                "Add a version (rule and/or definition)", "queues:manage", sch.SCHEDULE_VERSION, 201
+            )
+        },
+    ),
+    Route(
+        "/v1/schedules/{schedule_id}/pause",
+        "schedules",
+        "pause",
+        {"post": Op("Pause a schedule", "queues:manage", v.EMPTY)},
+    ),
+    Route(
+        "/v1/schedules/{schedule_id}/resume",
+        "schedules",
+        "resume",
+        {"post": Op("Resume a schedule", "queues:manage", v.EMPTY)},
     ),
     Route(
         "/v1/workers/hello",

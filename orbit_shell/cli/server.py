@@ -1,4 +1,5 @@
-"""``orbit``: the API server under gunicorn, plus the lease sweeper in every worker process.
+"""``orbit``: the API server under gunicorn, plus the lease sweeper and the scheduler in every
+worker process.
 
 Refuses to start when the database schema is not exactly the version this code ships (K11).
 """
@@ -13,6 +14,7 @@ from gunicorn.app.base import BaseApplication
 from .. import logs, schema
 from ..config import Config
 from ..db import Database
+from ..schedules import Scheduler
 from ..sweeper import Sweeper
 
 log = logging.getLogger("orbit.server")
@@ -41,6 +43,8 @@ class OrbitServer(BaseApplication):
     def _post_worker_init(self, worker) -> None:
         if self.config.sweep_interval > 0:
             Sweeper(Database(self.config.dsn, pool_size=2), self.config.sweep_interval).start()
+        if self.config.schedule_interval > 0:
+            Scheduler(Database(self.config.dsn, pool_size=2), self.config.schedule_interval).start()
 
     def load(self):
         from ..api.app import create_app

@@ -1,0 +1,37 @@
+-- schedule_create: create a schedule with its version 1 (K10). The shell validates the rule
+-- (cron parsing needs a cron library) and the definition (the same submission rules as
+-- POST /v1/tasks, K2 included) and computes the first fire time.
+-- Result set: {schedule_id (public)}.
+-- Errors: STATE_CONFLICT (name taken in the namespace).
+-- Locks: applications row, then the new schedules and schedule_versions rows.
+CREATE PROCEDURE schedule_create(
+  IN p_namespace_id BIGINT UNSIGNED, IN p_application_id BIGINT UNSIGNED, IN p_name VARCHAR(100),
+  IN p_rule_kind VARCHAR(10), IN p_cron VARCHAR(120), IN p_timezone VARCHAR(64),
+  IN p_interval_seconds INT UNSIGNED, IN p_definition MEDIUMTEXT, IN p_next_fire_at DATETIME(6))
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_schedule BIGINT UNSIGNED;
+  DECLARE v_public CHAR(32);
+  DECLARE v_now DATETIME(6);
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+  START TRANSACTION;
+  SET v_now = UTC_TIMESTAMP(6);
+  SELECT id INTO v_app FROM applications WHERE id = p_application_id FOR UPDATE;
+  IF EXISTS (SELECT 1 FROM schedules WHERE namespace_id = p_namespace_id AND name = p_name) THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: a schedule with this name exists';
+  END IF;
+  SET v_public = new_public_id();
+  INSERT INTO schedules (public_id, namespace_id, application_id, name, state, current_version,
+                         next_fire_at, created_at, updated_at)
+    VALUES (v_public, p_namespace_id, p_application_id, p_name, 'ACTIVE', 1, p_next_fire_at,
+            v_now, v_now);
+  SET v_schedule = LAST_INSERT_ID();
+  INSERT INTO schedule_versions (schedule_id, version, rule_kind, cron, timezone,
+                                 interval_seconds, definition, effective_from, created_at)
+    VALUES (v_schedule, 1, p_rule_kind, p_cron, p_timezone, p_interval_seconds, p_definition,
+            v_now, v_now);
+  COMMIT;
+  SELECT v_public AS schedule_id;
+END

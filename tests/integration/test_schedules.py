@@ -1,0 +1,199 @@
+"""Schedules (issue 6, K10): versions carry a fixed concurrency key; one task per fire even
+with racing schedulers; a new version changes later fires only; missed fires fire once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+
+from orbit_shell import db, schedules
+from tests.helpers import Session, task_body
+
+
+def _create(client, tenant, key="", rule=None, name="every-minute"):
+    task = task_body(tenant.queue_id, concurrency_key=key) if key else task_body(tenant.queue_id)
+    result = client.simulate_post(
+        "/v1/schedules",
+        headers=tenant.headers,
+        json={"name": name, "rule": rule or {"interval_seconds": 60}, "definition": {"task": task}},
+    )
+    assert result.status_code == 201, result.text
+    return result.json["data"]
+
+
+def _make_due(dsn, schedule_id, seconds_ago=1):
+    conn = db.connect(dsn)
+    with conn.cursor() as cur:  # test clock control: the next fire is now in the past
+        cur.execute(
+            "UPDATE schedules SET next_fire_at = UTC_TIMESTAMP(6) - INTERVAL %s SECOND "
+            "WHERE public_id = %s",
+            (seconds_ago, schedule_id),
+        )
+    conn.close()
+
+
+def _tasks(client, tenant):
+    return client.simulate_get("/v1/tasks", headers=tenant.headers).json["data"]["tasks"]
+
+
+def test_k10_fired_tasks_inherit_the_key_and_queue_behind_each_other(
+    client, tenant, database, orbit_dsn
+):
+    sched = _create(client, tenant, key="report/daily")
+    assert sched["definition"]["task"]["concurrency_key"] == "report/daily"
+    for _ in range(2):
+        _make_due(orbit_dsn, sched["schedule_id"], 120)
+        assert schedules.fire_due(database) >= 1
+    fired = _tasks(client, tenant)
+    assert len(fired) == 2
+    assert {t["concurrency_key"] for t in fired} == {"report/daily"}
+    assert {t["schedule_id"] for t in fired} == {sched["schedule_id"]}
+    assert all(t["schedule_version"] == 1 and t["fire_time"] for t in fired)
+    session = Session(client, tenant)
+    assert len(session.claim(max=4)) == 1  # the second waits for the key like a submitted task
+
+
+def test_two_schedulers_racing_create_one_task_per_fire(client, tenant, database, orbit_dsn):
+    sched = _create(client, tenant)
+    _make_due(orbit_dsn, sched["schedule_id"], 30)
+    fixed_now = schedules.utcnow()
+    barrier = threading.Barrier(4)
+
+    def race():
+        barrier.wait()
+        schedules.fire_due(database, now=lambda: fixed_now)
+
+    threads = [threading.Thread(target=race) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(_tasks(client, tenant)) == 1
+    fires = database.query(
+        "SELECT COUNT(*) AS n FROM schedule_fires f JOIN schedules s "
+        "ON s.id = f.schedule_id WHERE s.public_id = %s",
+        (sched["schedule_id"],),
+    )
+    assert fires == [{"n": 1}]
+
+
+def test_missed_fires_fire_once_not_a_storm(client, tenant, database, orbit_dsn):
+    sched = _create(client, tenant)
+    _make_due(orbit_dsn, sched["schedule_id"], 3600)  # an hour down: 60 slots missed
+    schedules.fire_due(database)
+    schedules.fire_due(database)
+    assert len(_tasks(client, tenant)) == 1
+    after = client.simulate_get(
+        f"/v1/schedules/{sched['schedule_id']}", headers=tenant.headers
+    ).json["data"]
+    assert dt.datetime.fromisoformat(after["next_fire_at"].rstrip("Z")) > schedules.utcnow()
+
+
+def test_a_new_version_changes_the_next_fires_only(client, tenant, database, orbit_dsn):
+    sched = _create(client, tenant, key="v/one")
+    _make_due(orbit_dsn, sched["schedule_id"], 120)
+    schedules.fire_due(database)
+    task = task_body(tenant.queue_id, concurrency_key="v/two")
+    v2 = client.simulate_post(
+        f"/v1/schedules/{sched['schedule_id']}/versions",
+        headers=tenant.headers,
+        json={
+            "definition": {"task": task},
+            "rule": {"cron": "*/5 * * * *", "timezone": "Europe/Berlin"},
+        },
+    )
+    assert v2.status_code == 201 and v2.json["data"]["version"] == 2
+    assert v2.json["data"]["rule"] == {"cron": "*/5 * * * *", "timezone": "Europe/Berlin"}
+    _make_due(orbit_dsn, sched["schedule_id"], 1)
+    schedules.fire_due(database)
+    fired = _tasks(client, tenant)  # in submission order
+    assert [(t["concurrency_key"], t["schedule_version"]) for t in fired] == [
+        ("v/one", 1),
+        ("v/two", 2),
+    ]
+
+
+def test_pause_and_resume(client, tenant, database, orbit_dsn):
+    sched = _create(client, tenant)
+    paused = client.simulate_post(
+        f"/v1/schedules/{sched['schedule_id']}/pause", headers=tenant.headers
+    )
+    assert paused.json["data"]["state"] == "PAUSED"
+    _make_due(orbit_dsn, sched["schedule_id"], 120)
+    schedules.fire_due(database)
+    assert _tasks(client, tenant) == []
+    resumed = client.simulate_post(
+        f"/v1/schedules/{sched['schedule_id']}/resume", headers=tenant.headers
+    ).json["data"]
+    assert resumed["state"] == "ACTIVE"
+    assert dt.datetime.fromisoformat(resumed["next_fire_at"].rstrip("Z")) > schedules.utcnow()
+    listed = client.simulate_get("/v1/schedules", headers=tenant.headers).json["data"]
+    assert [s["schedule_id"] for s in listed] == [sched["schedule_id"]]
+
+
+@pytest.mark.parametrize(
+    ("rule", "field"),
+    [
+        ({"cron": "61 * * * *", "timezone": "UTC"}, "rule.cron"),
+        ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "rule.timezone"),
+        ({"interval_seconds": 0}, "rule.interval_seconds"),
+        ({"every": 5}, "rule"),
+    ],
+)
+def test_invalid_rules_are_rejected_with_the_field(client, tenant, rule, field):
+    result = client.simulate_post(
+        "/v1/schedules",
+        headers=tenant.headers,
+        json={"name": "bad", "rule": rule, "definition": {"task": task_body(tenant.queue_id)}},
+    )
+    assert result.status_code == 400
+    assert result.json["error"]["details"][0]["field"] == field
+
+
+def test_invalid_keys_in_a_definition_are_rejected_by_the_same_validator(client, tenant):
+    for key in ("x" * 192, " padded", None):
+        result = client.simulate_post(
+            "/v1/schedules",
+            headers=tenant.headers,
+            json={
+                "name": "bad-key",
+                "rule": {"interval_seconds": 60},
+                "definition": {"task": task_body(tenant.queue_id, concurrency_key=key)},
+            },
+        )
+        assert result.status_code == 400
+        assert result.json["error"]["details"][0]["field"] == "definition.task.concurrency_key"
+
+
+def test_schedules_of_other_namespaces_are_404(client, tenant_factory):
+    a, b = tenant_factory(), tenant_factory()
+    sched = _create(client, b)
+    assert (
+        client.simulate_get(f"/v1/schedules/{sched['schedule_id']}", headers=a.headers).status_code
+        == 404
+    )
+    other_queue = task_body(b.queue_id)
+    result = client.simulate_post(
+        "/v1/schedules",
+        headers=a.headers,
+        json={"name": "x", "rule": {"interval_seconds": 60}, "definition": {"task": other_queue}},
+    )
+    assert result.status_code == 404
+
+
+def test_the_fire_prefix_is_reserved(client, tenant):
+    result = client.simulate_post(
+        "/v1/tasks",
+        json=task_body(tenant.queue_id),
+        headers={**tenant.headers, "Idempotency-Key": "schedule:abc"},
+    )
+    assert result.status_code == 400
+
+
+def test_cron_rule_is_dst_aware():
+    rule = schedules.Rule("CRON", cron="30 2 * * *", timezone="Europe/Berlin")
+    # 2026-03-29: clocks jump from 02:00 to 03:00 in Berlin; 02:30 local does not exist.
+    nxt = rule.next_after(dt.datetime(2026, 3, 28, 12, 0))
+    assert nxt.tzinfo is None and nxt > dt.datetime(2026, 3, 28, 12, 0)
