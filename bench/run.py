@@ -1,0 +1,499 @@
+"""Orbit benchmarks (issue 7). Every figure is measured in this one run; compare ratios.
+
+Parts:
+  ceiling    single-row UPDATE+COMMIT transactions/s at N connections (durable-commit limit)
+  procedure  submit -> claim -> start -> result cycles/s calling the procedures from N threads
+  blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks
+  e2e        HTTP producers + SDK worker processes + gunicorn: tasks/s, submit-to-start p50/p99,
+             for unkeyed, 1,000 keys and 10 hot keys; peak RSS of a gunicorn and an SDK worker
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from orbit_shell import auth, db, localdb, schema  # noqa: E402
+from orbit_shell.client import Client  # noqa: E402
+from orbit_shell.db import Database  # noqa: E402
+from orbit_shell.models import SubmitTaskRequest  # noqa: E402
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+class Bench:
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.db = Database(dsn, pool_size=32)
+        token, public_id, digest = auth.new_token()
+        app = "bench-" + secrets.token_hex(4)
+        [[row]] = self.db.call(
+            "tenant_bootstrap",
+            app,
+            "bench",
+            "ns",
+            "q",
+            public_id,
+            digest,
+            ",".join(auth.SCOPES),
+            "bench",
+        )
+        self.token, self.queue_public = token, row["queue_id"]
+        self.ns, self.app = row["namespace_id"], row["application_id"]
+        self.queue = self.db.query(
+            "SELECT id FROM queues WHERE public_id = %s", (self.queue_public,)
+        )[0]["id"]
+
+    # ---------------------------------------------------------------------------------------
+    def ceiling(self, connections: int, seconds: float) -> float:
+        conn = db.connect(self.dsn)
+        with conn.cursor() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS bench_ceiling (id INT PRIMARY KEY, "
+                "n BIGINT NOT NULL) ENGINE=InnoDB COMMENT='benchmark scratch'"
+            )
+            cur.execute(
+                "REPLACE INTO bench_ceiling SELECT seq, 0 FROM (SELECT 0 AS seq"
+                + "".join(f" UNION ALL SELECT {i}" for i in range(1, 64))
+                + ") s"
+            )
+        conn.close()
+        counts = [0] * connections
+        stop = time.monotonic() + seconds
+
+        def loop(i: int) -> None:
+            c = db.connect(self.dsn)
+            with c.cursor() as cur:
+                while time.monotonic() < stop:
+                    cur.execute("UPDATE bench_ceiling SET n = n + 1 WHERE id = %s", (i,))
+                    counts[i] += 1
+            c.close()
+
+        run_threads(loop, connections)
+        return sum(counts) / seconds
+
+    def procedure_cycles(self, threads: int, seconds: float) -> dict:
+        done = [0] * threads
+        calls = [0] * threads
+        stop = time.monotonic() + seconds
+
+        def loop(i: int) -> None:
+            d = Database(self.dsn, pool_size=1)
+            [session], _ = d.call(
+                "worker_hello",
+                self.ns,
+                self.app,
+                f"proc-{i}-{secrets.token_hex(3)}",
+                1,
+                1,
+                json.dumps([self.queue_public]),
+                "0" * 64,
+            )
+            sid = session["session_id"]
+            while time.monotonic() < stop:
+                d.call(
+                    "task_submit",
+                    self.ns,
+                    self.queue,
+                    secrets.token_hex(12),
+                    "0" * 64,
+                    "noop",
+                    "v1",
+                    "v1",
+                    "{}",
+                    "",
+                    "",
+                    5,
+                    None,
+                    None,
+                    "bench",
+                    None,
+                    None,
+                    None,
+                )
+                [rows] = d.call("worker_claim", self.ns, sid, 1)
+                calls[i] += 2
+                for r in rows:
+                    d.call("attempt_start", self.ns, sid, r["attempt_id"])
+                    d.call(
+                        "attempt_result", self.ns, sid, r["attempt_id"], "succeeded", 0, None, None
+                    )
+                    calls[i] += 2
+                    done[i] += 1
+            d.close()
+
+        run_threads(loop, threads)
+        tasks = sum(done)
+        return {"tasks_per_s": tasks / seconds, "commits_per_task": sum(calls) / max(tasks, 1)}
+
+    def blocked(self, parked: int, samples: int) -> dict:
+        key = "hot-" + secrets.token_hex(4)
+        d = Database(self.dsn, pool_size=2)
+        [holder], _ = d.call(
+            "worker_hello",
+            self.ns,
+            self.app,
+            "holder-" + key,
+            1,
+            1,
+            json.dumps([self.queue_public]),
+            "0" * 64,
+        )
+        d.call(
+            "task_submit",
+            self.ns,
+            self.queue,
+            key,
+            "0" * 64,
+            "noop",
+            "v1",
+            "v1",
+            "{}",
+            "",
+            key,
+            5,
+            None,
+            None,
+            "bench",
+            None,
+            None,
+            None,
+        )
+        d.call("worker_claim", self.ns, holder["session_id"], 1)
+        if parked:
+            park(self.dsn, self.ns, self.app, self.queue, key, parked)
+        [session], _ = d.call(
+            "worker_hello",
+            self.ns,
+            self.app,
+            "claimer-" + key,
+            1,
+            1,
+            json.dumps([self.queue_public]),
+            "0" * 64,
+        )
+        sid = session["session_id"]
+        conn = db.connect(self.dsn)
+        latencies, reads = [], []
+        for i in range(samples):
+            d.call(
+                "task_submit",
+                self.ns,
+                self.queue,
+                f"{key}-{i}",
+                "0" * 64,
+                "noop",
+                "v1",
+                "v1",
+                "{}",
+                "",
+                f"{key}-free-{i}",
+                5,
+                None,
+                None,
+                "bench",
+                None,
+                None,
+                None,
+            )
+            before = handler_reads(conn)
+            started = time.perf_counter()
+            with conn.cursor() as cur:
+                cur.execute("CALL worker_claim(%s, %s, 1)", (self.ns, sid))
+                rows = cur.fetchall()
+                while cur.nextset():
+                    pass
+            latencies.append((time.perf_counter() - started) * 1000)
+            reads.append(handler_reads(conn) - before)
+            assert rows, "a claimable task was hidden"
+            d.call("attempt_start", self.ns, sid, rows[0]["attempt_id"])
+            d.call(
+                "attempt_result", self.ns, sid, rows[0]["attempt_id"], "succeeded", 0, None, None
+            )
+        conn.close()
+        d.close()
+        return {
+            "parked": parked,
+            "claim_p50_ms": pct(latencies, 50),
+            "claim_p99_ms": pct(latencies, 99),
+            "rows_read_per_claim": statistics.median(reads),
+        }
+
+
+def handler_reads(conn) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+        return sum(int(r["Value"]) for r in cur.fetchall())
+
+
+def park(dsn: str, ns: int, app: int, queue: int, key: str, count: int) -> None:
+    """Bench fixture: insert `count` tasks parked behind `key` in bulk (the state task_submit
+    leaves them in), because submitting a million through the procedure would dominate the run."""
+    conn = db.connect(dsn)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TEMPORARY TABLE digits (d INT) ENGINE=MEMORY")
+        cur.execute("INSERT INTO digits VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)")
+        # A temporary table cannot be opened twice in one statement: three copies of 0-9.
+        for copy in ("digits2", "digits3"):
+            cur.execute(f"CREATE TEMPORARY TABLE {copy} LIKE digits")
+            cur.execute(f"INSERT INTO {copy} SELECT * FROM digits")
+        cur.execute("CREATE TEMPORARY TABLE seq (n INT PRIMARY KEY) ENGINE=MEMORY")
+        cur.execute(
+            "INSERT INTO seq SELECT a.d + 10 * b.d + 100 * c.d FROM digits a, digits2 b, digits3 c"
+        )
+        done = 0
+        while done < count:
+            batch = min(1000, count - done)
+            cur.execute(
+                "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
+                "idempotency_key, handler, handler_version, payload_version, payload, "
+                "concurrency_key, priority, state, lane, max_attempts, available_at, created_at, "
+                "updated_at) SELECT LOWER(REPLACE(UUID(), '-', '')), %s, %s, %s, "
+                "CONCAT(%s, '-p-', %s + n), 'noop', 'v1', 'v1', '{}', %s, 5, 'WAITING', "
+                "'BLOCKED', 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) "
+                "FROM seq WHERE n < %s",
+                (ns, app, queue, key, done, key, batch),
+            )
+            done += batch
+    conn.close()
+
+
+def run_threads(fn, n: int) -> None:
+    threads = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+# End to end ---------------------------------------------------------------------------------
+
+
+def start_server(dsn: str, workers: int, threads: int):
+    port = localdb.free_port()
+    env = dict(
+        os.environ,
+        ORBIT_MYSQL_DSN=dsn,
+        ORBIT_HTTP_ADDR=f"127.0.0.1:{port}",
+        ORBIT_HTTP_WORKERS=str(workers),
+        ORBIT_HTTP_THREADS=str(threads),
+    )
+    log = open(ROOT / ".scratch" / "bench-server.log", "w")  # noqa: SIM115 - lives with the server
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("orbit"))], env=env, stdout=log, stderr=log
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(150):
+        try:
+            import urllib.request
+
+            urllib.request.urlopen(url + "/readyz", timeout=1)
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("orbit did not start; see .scratch/bench-server.log")
+
+
+def vm_hwm_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def e2e(
+    bench: Bench,
+    url: str,
+    name: str,
+    tasks: int,
+    keys: int,
+    producers: int,
+    workers: int,
+    capacity: int,
+) -> dict:
+    client = Client(url, bench.token)
+    queue = client.create_queue(f"e2e-{name}-{secrets.token_hex(3)}", lease_seconds=30).queue_id
+    client.close()
+    env = dict(
+        os.environ, ORBIT_URL=url, ORBIT_TOKEN=bench.token, QUEUE_IDS=queue, CAPACITY=str(capacity)
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "noop_worker.py")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(workers)
+    ]
+    time.sleep(1.0)
+    started = time.monotonic()
+
+    def produce(i: int) -> None:
+        c = Client(url, bench.token)
+        for n in range(i, tasks, producers):
+            key = f"{name}-{n % keys}" if keys else None
+            c.submit_task(
+                f"{name}-{queue}-{n}",
+                SubmitTaskRequest(
+                    queue_id=queue,
+                    handler="noop",
+                    handler_version="v1",
+                    payload_version="v1",
+                    payload={"n": n},
+                    concurrency_key=key,
+                ),
+            )
+        c.close()
+
+    run_threads(produce, producers)
+    submit_s = time.monotonic() - started
+    [row] = bench.db.query("SELECT id FROM queues WHERE public_id = %s", (queue,))
+    while True:
+        [done] = bench.db.query(
+            "SELECT COUNT(*) AS n FROM tasks WHERE queue_id = %s AND state = 'SUCCEEDED'",
+            (row["id"],),
+        )
+        if done["n"] >= tasks or time.monotonic() - started > 600:
+            break
+        time.sleep(0.05)
+    elapsed = time.monotonic() - started
+    lat = bench.db.query(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, t.created_at, a.started_at) / 1000 AS ms FROM tasks t "
+        "JOIN attempts a ON a.task_id = t.id WHERE t.queue_id = %s AND a.started_at IS NOT NULL",
+        (row["id"],),
+    )
+    ms = [float(r["ms"]) for r in lat]
+    rss = []
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        out, _ = p.communicate(timeout=30)
+        rss += [int(line.split("=")[1]) for line in out.splitlines() if line.startswith("rss_kib=")]
+    return {
+        "scenario": name,
+        "tasks": tasks,
+        "keys": keys,
+        "completed": done["n"],
+        "tasks_per_s": done["n"] / elapsed,
+        "submit_per_s": tasks / submit_s,
+        "submit_to_start_p50_ms": pct(ms, 50),
+        "submit_to_start_p99_ms": pct(ms, 99),
+        "sdk_worker_peak_rss_mib": max(rss, default=0) / 1024,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--large", action="store_true", help="100k and 1M parked, longer runs")
+    parser.add_argument("--only", choices=["ceiling", "procedure", "blocked", "e2e"], nargs="*")
+    parser.add_argument("--threads", type=int, default=8)
+    args = parser.parse_args()
+    parts = set(args.only or ["ceiling", "procedure", "blocked", "e2e"])
+    seconds = 20.0 if args.large else 8.0
+
+    own = None
+    dsn = os.environ.get("ORBIT_MYSQL_DSN")
+    if not dsn:
+        own = localdb.PrivateServer(ROOT / ".scratch" / "bench-db", localdb.ensure_binaries())
+        dsn = own.start()
+    try:
+        schema.apply(dsn)
+        bench = Bench(dsn)
+        results: dict = {
+            "when": dt.datetime.now(dt.UTC).isoformat(),
+            "threads": args.threads,
+            "cores": os.cpu_count(),
+        }
+        if parts & {"ceiling", "procedure"}:
+            results["ceiling_commits_per_s"] = bench.ceiling(args.threads, seconds)
+            print(
+                f"ceiling: {results['ceiling_commits_per_s']:.0f} commits/s "
+                f"at {args.threads} connections",
+                flush=True,
+            )
+        if "procedure" in parts:
+            proc = bench.procedure_cycles(args.threads, seconds)
+            bound = results["ceiling_commits_per_s"] / proc["commits_per_task"]
+            proc["ratio_to_ceiling_bound"] = proc["tasks_per_s"] / bound
+            results["procedure"] = proc
+            print(
+                f"procedure: {proc['tasks_per_s']:.0f} tasks/s, "
+                f"{proc['commits_per_task']:.2f} commits/task, "
+                f"{proc['ratio_to_ceiling_bound']:.2f} of ceiling/commits (target >= 0.6)",
+                flush=True,
+            )
+        if "blocked" in parts:
+            sizes = [0, 10_000] + ([100_000, 1_000_000] if args.large else [])
+            results["blocked"] = [bench.blocked(n, 200) for n in sizes]
+            base = results["blocked"][0]["claim_p99_ms"]
+            for b in results["blocked"]:
+                print(
+                    f"blocked: {b['parked']:>8} parked  claim p50 {b['claim_p50_ms']:.2f} ms  "
+                    f"p99 {b['claim_p99_ms']:.2f} ms ({b['claim_p99_ms'] / base:.2f}x of 0)  "
+                    f"rows read {b['rows_read_per_claim']:.0f}",
+                    flush=True,
+                )
+        if "e2e" in parts:
+            proc_server, url = start_server(dsn, workers=4, threads=8)
+            try:
+                n = 6000 if args.large else 2000
+                runs = [("unkeyed", n, 0), ("keys1000", n, 1000), ("hot10", n // 4, 10)]
+                results["e2e"] = [
+                    e2e(bench, url, name, count, keys, producers=8, workers=2, capacity=16)
+                    for name, count, keys in runs
+                ]
+                children = subprocess.run(
+                    ["pgrep", "-P", str(proc_server.pid)], capture_output=True, text=True
+                ).stdout.split()
+                results["gunicorn_worker_peak_rss_mib"] = (
+                    max((vm_hwm_kib(int(c)) for c in children), default=0) / 1024
+                )
+            finally:
+                proc_server.terminate()
+                proc_server.wait(30)
+            for r in results["e2e"]:
+                print(
+                    f"e2e {r['scenario']:>9}: {r['tasks_per_s']:.0f} tasks/s "
+                    f"(submit {r['submit_per_s']:.0f}/s), submit-to-start p50 "
+                    f"{r['submit_to_start_p50_ms']:.0f} ms "
+                    f"p99 {r['submit_to_start_p99_ms']:.0f} ms",
+                    flush=True,
+                )
+            print(
+                f"memory: gunicorn worker {results['gunicorn_worker_peak_rss_mib']:.0f} MiB, "
+                f"SDK worker {max(r['sdk_worker_peak_rss_mib'] for r in results['e2e']):.0f} MiB"
+            )
+        out = ROOT / "bench" / "results" / (time.strftime("%Y%m%dT%H%M%S") + ".json")
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"written {out.relative_to(ROOT)}")
+    finally:
+        if own:
+            own.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
