@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from .. import auth, errors
 from ..config import Config
 from ..db import Database
+from ..validation import HEX32
 from . import openapi
 from .attempts import Attempts
 from .queues import Queues
@@ -29,6 +30,7 @@ from .workers import Workers
 
 log = logging.getLogger("orbit.api")
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+NUMBER_RE = re.compile(r"^[1-9][0-9]{0,6}$")
 STATUS_CODES = {
     400: "INVALID_ARGUMENT",
     401: "UNAUTHENTICATED",
@@ -71,6 +73,12 @@ class RequestContext:
     def process_resource(self, req, resp, resource, params) -> None:
         if resource is not None and not getattr(resource, "auth_exempt", False):
             req.context.principal = auth.authenticate(self.db, req.get_header("Authorization"))
+        # Every path id is 32 lowercase hex (attempt numbers are digits): anything else cannot
+        # exist, so it is a 404 here, before any query sees it.
+        for name, value in params.items():
+            pattern = NUMBER_RE if name == "number" else HEX32
+            if not pattern.match(value):
+                raise errors.NotFound(f"{name.removesuffix('_id')} not found")
 
     def process_response(self, req, resp, resource, req_succeeded) -> None:
         resp.set_header("X-Request-Id", req.context.request_id)

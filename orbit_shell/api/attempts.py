@@ -14,7 +14,6 @@ class Attempts:
 
     def _prepare(self, req, attempt_id: str, shape):
         s = scope(req, "workers:consume")
-        validation.Hex32()("attempt_id", attempt_id)
         body = read_json(req, shape, self.max_body)
         s.check_attempt_queue(attempt_id)
         return s, body

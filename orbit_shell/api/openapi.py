@@ -21,7 +21,7 @@ ERROR_CODES = [
     "UNAVAILABLE",
     "INTERNAL",
 ]
-PARAM_PATTERNS = {"number": "^[0-9]+$"}
+PARAM_PATTERNS = {"number": "^[1-9][0-9]{0,6}$"}
 TASK_LIST_PARAMS = ["queue_id", "state", "business_key", "concurrency_key", "cursor", "limit"]
 
 

@@ -44,7 +44,6 @@ class Schedules:
         self.max_body = max_body
 
     def _row(self, s, schedule_id: str) -> dict:
-        validation.Hex32()("schedule_id", schedule_id)
         rows = s.db.query(
             f"SELECT {COLUMNS} {FROM} WHERE s.public_id = %s AND s.namespace_id = %s",
             (schedule_id, s.namespace_id),

@@ -47,7 +47,6 @@ class Workers:
 
     def on_post_claim(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
         s = scope(req, "workers:consume")
-        validation.Hex32()("session_id", session_id)
         body = read_json(req, validation.WORKER_CLAIM, self.max_body)
         rows = longpoll.poll(
             lambda: s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0],
@@ -59,7 +58,6 @@ class Workers:
 
     def on_post_goodbye(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
         s = scope(req, "workers:connect")
-        validation.Hex32()("session_id", session_id)
         read_json(req, validation.EMPTY, self.max_body)
         [[row]] = s.db.call("worker_goodbye", s.namespace_id, session_id)
         ok(
