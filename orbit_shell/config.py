@@ -18,6 +18,8 @@ class Config:
         sweep_interval: seconds between lease sweeps (0 disables the sweeper).
         schedule_interval: seconds between scheduler passes (0 disables the scheduler).
         http_workers / http_threads: gunicorn worker processes and threads per process.
+        submit_rate / submit_burst: per-credential submissions per second (and burst) that one
+            server process accepts before answering 429; rate 0 disables the guard.
     """
 
     dsn: str
@@ -28,6 +30,8 @@ class Config:
     schedule_interval: float = 1.0
     http_workers: int = 4
     http_threads: int = 8
+    submit_rate: float = 500.0
+    submit_burst: int = 1000
 
     @classmethod
     def from_env(cls) -> Config:
@@ -41,4 +45,6 @@ class Config:
             schedule_interval=float(os.environ.get("ORBIT_SCHEDULE_INTERVAL", "1.0")),
             http_workers=int(os.environ.get("ORBIT_HTTP_WORKERS", "4")),
             http_threads=int(os.environ.get("ORBIT_HTTP_THREADS", "8")),
+            submit_rate=float(os.environ.get("ORBIT_SUBMIT_RATE", "500")),
+            submit_burst=int(os.environ.get("ORBIT_SUBMIT_BURST", "1000")),
         )

@@ -21,6 +21,7 @@ from ..db import Database
 from ..validation import HEX32
 from . import openapi
 from .attempts import Attempts
+from .guard import SubmitGuard
 from .queues import Queues
 from .routes import ROUTES
 from .schedules import Schedules
@@ -99,6 +100,8 @@ def _orbit_error(req, resp, ex: errors.OrbitError, params) -> None:
     resp.media = _error_body(req, ex.code, ex.message, ex.details)
     if isinstance(ex, errors.Unauthenticated):
         resp.set_header("WWW-Authenticate", "Bearer")
+    if getattr(ex, "retry_after", None):
+        resp.set_header("Retry-After", str(ex.retry_after))
 
 
 def _http_error(req, resp, ex: falcon.HTTPError, params) -> None:
@@ -130,7 +133,7 @@ def create_app(
         "metrics": Metrics(registry),
         "openapi": OpenApi(openapi.build()),
         "queues": Queues(config.max_body_bytes),
-        "tasks": Tasks(config.max_body_bytes),
+        "tasks": Tasks(config.max_body_bytes, SubmitGuard(config.submit_rate, config.submit_burst)),
         "workers": Workers(config.max_body_bytes),
         "attempts": Attempts(config.max_body_bytes),
         "schedules": Schedules(config.max_body_bytes),

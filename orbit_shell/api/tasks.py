@@ -7,6 +7,7 @@ import falcon
 from .. import errors, serialize, validation
 from ..scoped import MAX_PAGE, decode_cursor, encode_cursor
 from .common import ok, read_json, scope
+from .guard import SubmitGuard
 
 STATES = (
     "WAITING",
@@ -21,11 +22,13 @@ STATES = (
 
 
 class Tasks:
-    def __init__(self, max_body: int) -> None:
+    def __init__(self, max_body: int, guard: SubmitGuard) -> None:
         self.max_body = max_body
+        self.guard = guard
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "tasks:submit")
+        self.guard.take(s.principal.credential_id)
         idem = validation.idempotency_key(req.get_header("Idempotency-Key"))
         body = read_json(req, validation.TASK_SUBMIT, self.max_body)
         queue = s.queue(body["queue_id"])

@@ -1,0 +1,36 @@
+"""Per-credential submission guard: a token bucket per credential and process that answers
+429 QUOTA_EXCEEDED (with Retry-After) instead of letting one producer swamp the server.
+
+It is per gunicorn worker process, so the effective limit is (rate x processes); it protects
+the server from overload, it is not a billing quota (those live in the database).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+from .. import errors
+
+
+class SubmitGuard:
+    def __init__(self, rate: float, burst: int, clock=time.monotonic) -> None:
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self._buckets: dict[int, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, credential_id: int) -> None:
+        """Spend one submission; raise QUOTA_EXCEEDED (retry_after set) when none is left."""
+        if self.rate <= 0:
+            return
+        now = self.clock()
+        with self._lock:
+            tokens, last = self._buckets.get(credential_id, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            if tokens < 1.0:
+                self._buckets[credential_id] = (tokens, now)
+                error = errors.QuotaExceeded("submission rate limit of this credential reached")
+                error.retry_after = math.ceil((1.0 - tokens) / self.rate)
+                raise error
+            self._buckets[credential_id] = (tokens - 1.0, now)
