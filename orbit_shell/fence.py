@@ -96,6 +96,7 @@ SCHEMA = (
       PRIMARY KEY (namespace, resource_key)
     ) ENGINE=InnoDB COMMENT='Fenced resources: highest token per key'""",
     f"""CREATE TABLE IF NOT EXISTS fence_operations (
+      seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT UNIQUE COMMENT 'Order writes were applied in',
       namespace VARCHAR(100) {_TEXT} NOT NULL COMMENT 'Orbit namespace',
       resource_key VARCHAR(191) {_TEXT} NOT NULL COMMENT 'Orbit concurrency key',
       operation_id VARCHAR(191) {_TEXT} NOT NULL COMMENT 'Stable operation id (deduplication)',

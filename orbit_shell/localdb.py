@@ -141,6 +141,7 @@ class PrivateServer:
         self.pidfile = self.directory / "mysqld.pid"
         self.logfile = self.directory / "mysqld.log"
         self.portfile = self.directory / "port"
+        self.process: subprocess.Popen | None = None
 
     def dsn(self) -> str:
         port = int(self.portfile.read_text())
@@ -169,7 +170,8 @@ class PrivateServer:
             )
         port = free_port()
         self.portfile.write_text(str(port))
-        subprocess.Popen(
+        log_offset = self.logfile.stat().st_size if self.logfile.exists() else 0
+        self.process = subprocess.Popen(
             [
                 self.binaries.mysqld,
                 "--no-defaults",
@@ -188,11 +190,23 @@ class PrivateServer:
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.socket.exists() and self._ping():
+            # Connect only once this start has logged readiness: a handshake against a server
+            # that is still starting fails in ways that leak the client's socket.
+            if self._logged_ready(log_offset) and self._ping():
                 self._create_database()
                 return self.dsn()
+            if self.process.poll() is not None:
+                raise LocalDbError(f"private MariaDB exited during start; see {self.logfile}")
             time.sleep(0.2)
         raise LocalDbError(f"private MariaDB did not start within {timeout}s; see {self.logfile}")
+
+    def _logged_ready(self, offset: int) -> bool:
+        try:
+            with open(self.logfile, "rb") as log:
+                log.seek(offset)
+                return b"ready for connections" in log.read()
+        except FileNotFoundError:
+            return False
 
     def _ping(self) -> bool:
         import pymysql
@@ -218,13 +232,7 @@ class PrivateServer:
 
     def running(self) -> bool:
         pid = self._pid()
-        if pid is None:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return self._ping()
+        return pid is not None and self._alive(pid) and self._ping()
 
     def _pid(self) -> int | None:
         try:
@@ -243,12 +251,32 @@ class PrivateServer:
             return
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not self._alive(pid):
                 return
             time.sleep(0.1)
         os.kill(pid, signal.SIGKILL)
+        self._alive(pid)
+
+    def _alive(self, pid: int) -> bool:
+        # Our own child is polled through its Popen (which reaps it); another process's server
+        # through its pid.
+        if self.process is not None and self.process.pid == pid:
+            return self.process.poll() is None
+        return alive(pid)
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs; reaps it first when it is our own exited child (a zombie)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: the server was started by another process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

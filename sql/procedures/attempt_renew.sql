@@ -19,7 +19,6 @@ BEGIN
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  SET v_now = UTC_TIMESTAMP(6);
   SELECT a.id, a.state, s.public_id, a.lease_expires_at, q.lease_seconds, t.deadline_at
     INTO v_attempt, v_state, v_session, v_expires, v_lease, v_deadline
     FROM attempts a
@@ -28,6 +27,9 @@ BEGIN
     JOIN tasks t ON t.id = a.task_id
    WHERE a.public_id = p_attempt_public_id AND a.namespace_id = p_namespace_id
      FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
   IF v_attempt IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: attempt not found';
   END IF;

@@ -48,8 +48,10 @@ BEGIN
   END IF;
 
   START TRANSACTION;
-  SET v_now = UTC_TIMESTAMP(6);
   SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
   SELECT a.task_id, a.state, s.public_id, a.lease_expires_at, a.result_sha256, a.concurrency_token
     INTO v_task, v_state, v_session, v_expires, v_stored, v_token
     FROM attempts a JOIN worker_sessions s ON s.id = a.session_id

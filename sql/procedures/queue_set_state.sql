@@ -26,8 +26,10 @@ BEGIN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: queue not found';
   END IF;
   START TRANSACTION;
-  SET v_now = UTC_TIMESTAMP(6);
   SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
   SELECT state INTO v_current FROM queues WHERE id = v_queue FOR UPDATE;
   IF v_current <> p_state THEN
     UPDATE queues SET state = p_state, updated_at = v_now WHERE id = v_queue;

@@ -22,8 +22,10 @@ BEGIN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: schedule not found';
   END IF;
   START TRANSACTION;
-  SET v_now = UTC_TIMESTAMP(6);
   SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
   SELECT state, current_version + 1 INTO v_state, v_version FROM schedules
    WHERE id = v_schedule FOR UPDATE;
   IF v_state = 'DELETED' THEN

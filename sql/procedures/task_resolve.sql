@@ -26,8 +26,10 @@ BEGIN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: task not found';
   END IF;
   START TRANSACTION;
-  SET v_now = UTC_TIMESTAMP(6);
   SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
   SELECT state INTO v_state FROM tasks WHERE id = v_task FOR UPDATE;
   IF v_state <> 'NEEDS_REVIEW' THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: only a NEEDS_REVIEW task can be resolved';

@@ -41,9 +41,11 @@ BEGIN
   END IF;
 
   START TRANSACTION;
-  SET v_now = UTC_TIMESTAMP(6);
   SELECT max_unfinished, unfinished_tasks INTO v_app_max, v_app_unfinished
     FROM applications WHERE id = v_app FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
 
   SELECT fingerprint, task_id INTO v_existing_fp, v_existing_task
     FROM idempotency_records

@@ -60,8 +60,10 @@ BEGIN
   DELETE FROM claim_candidates;
 
   START TRANSACTION;
-  SET v_now = UTC_TIMESTAMP(6);
   SELECT max_active_attempts INTO v_app_max FROM applications WHERE id = v_app FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
   SELECT COUNT(*) INTO v_ignored FROM queues
    WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
    ORDER BY id FOR UPDATE;
@@ -97,6 +99,9 @@ BEGIN
     SET v_item = v_next, v_granted = v_granted + 1;
   END LOOP;
   SET v_granted = 0;
+  -- Grants are stamped after the recoveries above, so a new permit never starts before the
+  -- permit it replaces ended.
+  SET v_now = UTC_TIMESTAMP(6);
 
   SELECT in_flight INTO v_in_flight FROM worker_sessions WHERE id = v_session;
   SET v_want = LEAST(p_max, GREATEST(CAST(v_capacity AS SIGNED) - CAST(v_in_flight AS SIGNED), 0));

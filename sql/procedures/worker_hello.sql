@@ -24,8 +24,10 @@ BEGIN
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  SET v_now = UTC_TIMESTAMP(6);
   SELECT id INTO v_app FROM applications WHERE id = p_application_id FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
 
   SELECT id, concurrency_keys INTO v_session, v_flag
     FROM worker_sessions WHERE namespace_id = p_namespace_id AND worker_id = p_worker_id

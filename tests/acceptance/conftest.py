@@ -18,8 +18,14 @@ def script(name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def orbit_server(orbit_dsn, tmp_path_factory):
-    """`orbit` on a free port against the session database; yields its base URL."""
+def orbit_server(orbit_process):
+    """The base URL of the session's `orbit` server."""
+    return orbit_process.url
+
+
+@pytest.fixture(scope="session")
+def orbit_process(orbit_dsn, tmp_path_factory):
+    """`orbit` on a free port against the session database; yields the Popen (with .url)."""
     port = localdb.free_port()
     log = tmp_path_factory.mktemp("orbit") / "server.log"
     env = dict(
@@ -31,7 +37,7 @@ def orbit_server(orbit_dsn, tmp_path_factory):
     )
     with open(log, "w") as out:
         proc = subprocess.Popen([script("orbit")], env=env, stdout=out, stderr=out)
-    url = f"http://127.0.0.1:{port}"
+    url = proc.url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -42,7 +48,7 @@ def orbit_server(orbit_dsn, tmp_path_factory):
                 proc.kill()
                 raise RuntimeError("orbit did not start:\n" + log.read_text()) from None
             time.sleep(0.2)
-    yield url
+    yield proc
     proc.terminate()
     try:
         proc.wait(20)

@@ -7,11 +7,13 @@ import os
 import sys
 import time
 
-from orbit_shell.fence import SqlFencedStore
+from orbit_shell import logs
+from orbit_shell.fence import SqlFencedStore, StaleTokenError
 from orbit_shell.worker import Worker
 
 
 def main() -> None:
+    logs.configure()
     store = SqlFencedStore(os.environ["FENCE_DSN"], os.environ["FENCE_NAMESPACE"])
     worker = Worker(
         [os.environ["QUEUE_ID"]],
@@ -26,13 +28,17 @@ def main() -> None:
     def update(event):
         print(f"started {event.attempt_id} {event.concurrency_token}", flush=True)
         time.sleep(float(os.environ.get("HANDLER_SLEEP", "0")))
-        store.write(
-            os.environ["FENCE_NAMESPACE"],
-            event.task.concurrency_key,
-            event.concurrency_token,
-            event.task.task_id,
-            os.environ.get("VALUE", "v"),
-        )
+        try:
+            store.write(
+                os.environ["FENCE_NAMESPACE"],
+                event.task.concurrency_key,
+                event.concurrency_token,
+                event.task.task_id,
+                os.environ.get("VALUE", "v"),
+            )
+        except StaleTokenError:
+            print(f"stale {event.attempt_id} {event.concurrency_token}", flush=True)
+            raise
         print(f"wrote {event.attempt_id} {event.concurrency_token}", flush=True)
         return {"token": str(event.concurrency_token)}
 
