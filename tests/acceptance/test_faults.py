@@ -163,32 +163,52 @@ def _history(database, tenant, submitted, fence_dsn) -> History:
     return history
 
 
+CHAOS_TASKS = int(os.environ.get("ORBIT_CHAOS_TASKS", "24"))
+CHAOS_KEYS = int(os.environ.get("ORBIT_CHAOS_KEYS", "3"))
+CHAOS_KILLS = int(os.environ.get("ORBIT_CHAOS_KILLS", "1"))
+CHAOS_SLEEP = float(os.environ.get("ORBIT_CHAOS_SLEEP", "0.2"))
+
+
 def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant, database, fence):
+    """Short in CI; `tests/chaos/run --long` runs it with 10,000 tasks and repeated kills."""
     SqlFencedStore(fence, tenant.namespace).ensure_schema()
-    client = Client(orbit_server, tenant.token)
+    client = Client(orbit_server, tenant.token, retries=8)
     queue = client.create_queue("mixed", lease_seconds=2).queue_id
-    submitted = [submit(client, queue, f"mixed/{i % 3}") for i in range(24)]
-    workers = [spawn(orbit_server, tenant, queue, fence, sleep=0.2) for _ in range(2)]
-    time.sleep(2.0)
-    workers[0].send_signal(signal.SIGKILL)  # mid-task, most likely
-    workers[0].wait(10)
-    workers.append(spawn(orbit_server, tenant, queue, fence, sleep=0.2))
+    submitted = [submit(client, queue, f"mixed/{i % CHAOS_KEYS}") for i in range(CHAOS_TASKS)]
+    workers = [spawn(orbit_server, tenant, queue, fence, sleep=CHAOS_SLEEP) for _ in range(2)]
+    kills = 0
 
     def settled():
-        states = {t.task_id: t.state for t in client.list_tasks(queue_id=queue, limit=200).tasks}
+        nonlocal kills
+        states, cursor = {}, None
+        while True:
+            page = client.list_tasks(queue_id=queue, limit=200, cursor=cursor)
+            states.update({t.task_id: t.state for t in page.tasks})
+            cursor = page.next_cursor
+            if not cursor:
+                break
         for task_id, state in states.items():
             if state == "NEEDS_REVIEW":  # an operator checks the resource and re-runs it
                 client.resolve_task(task_id, "WAITING")
-        return all(s == "SUCCEEDED" for s in states.values())
+        done = all(s == "SUCCEEDED" for s in states.values())
+        if not done and kills < CHAOS_KILLS and time.monotonic() > next_kill[0]:
+            victim = workers.pop(0)
+            victim.send_signal(signal.SIGKILL)  # mid-task, most likely
+            victim.wait(10)
+            workers.append(spawn(orbit_server, tenant, queue, fence, sleep=CHAOS_SLEEP))
+            kills += 1
+            next_kill[0] = time.monotonic() + 3.0
+        return done
 
-    wait_for(settled, timeout=90, what="all tasks to succeed")
-    for w in workers[1:]:
+    next_kill = [time.monotonic() + 2.0]
+    wait_for(settled, timeout=max(90.0, CHAOS_TASKS / 5), what="all tasks to succeed")
+    for w in workers:
         w.send_signal(signal.SIGTERM)
         w.wait(15)
-    stale = sum(1 for w in workers for x in w.lines if x.startswith("stale"))
+    stale = sum(1 for w in SPAWNED for x in w.lines if x.startswith("stale"))
     figures = _history(database, tenant, submitted, fence).check()
-    print(f"\nmixed: {figures} stale_writes_rejected={stale}")
-    assert figures["lost"] == 0 and figures["writes"] >= 24
+    print(f"\nmixed: {figures} kills={kills} stale_writes_rejected={stale}")
+    assert figures["lost"] == 0 and figures["writes"] >= CHAOS_TASKS
 
 
 def test_kill_9_mariadbd_loses_no_accepted_task_and_no_token(tmp_path):
