@@ -207,8 +207,8 @@ def test_running_holder_past_its_lease_goes_to_review_and_its_late_result_is_ref
     [a] = eng.claim(old, 1)
     eng.start(old, a["attempt_id"])
     eng.expire(a["attempt_id"])
-    [[swept]] = database.call("lease_sweep", 100)
-    assert swept["recovered"] >= 1
+    # Recovered by this sweep, or by a running server's sweeper: either way, exactly once.
+    database.call("lease_sweep", 100)
     assert eng.task(task)["state"] == "NEEDS_REVIEW"
     assert eng.resource("review/k")["holder_attempt_id"] is None
     with pytest.raises(errors.LeaseLost):
