@@ -62,6 +62,42 @@ class Bench:
             "SELECT id FROM queues WHERE public_id = %s", (self.queue_public,)
         )[0]["id"]
 
+    def hello(self, d: Database, worker_id: str) -> str:
+        """A keyed session of capacity 1 on the bench queue; returns its id."""
+        [session], _ = d.call(
+            "worker_hello",
+            self.ns,
+            self.app,
+            worker_id,
+            1,
+            1,
+            json.dumps([self.queue_public]),
+            "0" * 64,
+        )
+        return session["session_id"]
+
+    def submit(self, d: Database, idempotency_key: str, key: str = "") -> None:
+        d.call(
+            "task_submit",
+            self.ns,
+            self.queue,
+            idempotency_key,
+            "0" * 64,
+            "noop",
+            "v1",
+            "v1",
+            "{}",
+            "",
+            key,
+            5,
+            None,
+            None,
+            "bench",
+            None,
+            None,
+            None,
+        )
+
     # ---------------------------------------------------------------------------------------
     def ceiling(self, connections: int, seconds: float) -> float:
         conn = db.connect(self.dsn)
@@ -97,38 +133,9 @@ class Bench:
 
         def loop(i: int) -> None:
             d = Database(self.dsn, pool_size=1)
-            [session], _ = d.call(
-                "worker_hello",
-                self.ns,
-                self.app,
-                f"proc-{i}-{secrets.token_hex(3)}",
-                1,
-                1,
-                json.dumps([self.queue_public]),
-                "0" * 64,
-            )
-            sid = session["session_id"]
+            sid = self.hello(d, f"proc-{i}-{secrets.token_hex(3)}")
             while time.monotonic() < stop:
-                d.call(
-                    "task_submit",
-                    self.ns,
-                    self.queue,
-                    secrets.token_hex(12),
-                    "0" * 64,
-                    "noop",
-                    "v1",
-                    "v1",
-                    "{}",
-                    "",
-                    "",
-                    5,
-                    None,
-                    None,
-                    "bench",
-                    None,
-                    None,
-                    None,
-                )
+                self.submit(d, secrets.token_hex(12), "")
                 [rows] = d.call("worker_claim", self.ns, sid, 1)
                 calls[i] += 2
                 for r in rows:
@@ -147,73 +154,16 @@ class Bench:
     def blocked(self, parked: int, samples: int) -> dict:
         key = "hot-" + secrets.token_hex(4)
         d = Database(self.dsn, pool_size=2)
-        [holder], _ = d.call(
-            "worker_hello",
-            self.ns,
-            self.app,
-            "holder-" + key,
-            1,
-            1,
-            json.dumps([self.queue_public]),
-            "0" * 64,
-        )
-        d.call(
-            "task_submit",
-            self.ns,
-            self.queue,
-            key,
-            "0" * 64,
-            "noop",
-            "v1",
-            "v1",
-            "{}",
-            "",
-            key,
-            5,
-            None,
-            None,
-            "bench",
-            None,
-            None,
-            None,
-        )
-        d.call("worker_claim", self.ns, holder["session_id"], 1)
+        holder = self.hello(d, "holder-" + key)
+        self.submit(d, key, key)
+        d.call("worker_claim", self.ns, holder, 1)
         if parked:
             park(self.dsn, self.ns, self.app, self.queue, key, parked)
-        [session], _ = d.call(
-            "worker_hello",
-            self.ns,
-            self.app,
-            "claimer-" + key,
-            1,
-            1,
-            json.dumps([self.queue_public]),
-            "0" * 64,
-        )
-        sid = session["session_id"]
+        sid = self.hello(d, "claimer-" + key)
         conn = db.connect(self.dsn)
         latencies, reads = [], []
         for i in range(samples):
-            d.call(
-                "task_submit",
-                self.ns,
-                self.queue,
-                f"{key}-{i}",
-                "0" * 64,
-                "noop",
-                "v1",
-                "v1",
-                "{}",
-                "",
-                f"{key}-free-{i}",
-                5,
-                None,
-                None,
-                "bench",
-                None,
-                None,
-                None,
-            )
+            self.submit(d, f"{key}-{i}", f"{key}-free-{i}")
             before = handler_reads(conn)
             started = time.perf_counter()
             with conn.cursor() as cur:

@@ -23,6 +23,11 @@ def token(key: str, value: int) -> dict[str, str]:
     return {"concurrency_token": str(value)} if key else {}
 
 
+def keys(row: dict[str, Any]) -> dict[str, str]:
+    """business_key and concurrency_key, each only when set (K3: omitted for unkeyed tasks)."""
+    return {name: row[name] for name in ("business_key", "concurrency_key") if row[name]}
+
+
 def queue(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "queue_id": row["public_id"],
@@ -51,11 +56,8 @@ def task_summary(row: dict[str, Any]) -> dict[str, Any]:
         "priority": row["priority"],
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
+        **keys(row),
     }
-    if row["business_key"]:
-        out["business_key"] = row["business_key"]
-    if row["concurrency_key"]:
-        out["concurrency_key"] = row["concurrency_key"]
     if row.get("schedule_public_id"):
         out["schedule_id"] = row["schedule_public_id"]
         out["schedule_version"] = row["schedule_version"]
@@ -113,11 +115,8 @@ def assignment(row: dict[str, Any]) -> dict[str, Any]:
         "max_attempts": row["max_attempts"],
         "deadline_at": iso(row["deadline_at"]),
         "created_at": iso(row["created_at"]),
+        **keys(row),
     }
-    if row["business_key"]:
-        task["business_key"] = row["business_key"]
-    if row["concurrency_key"]:
-        task["concurrency_key"] = row["concurrency_key"]
     return {
         "type": "task.assign",
         "attempt_id": row["attempt_id"],

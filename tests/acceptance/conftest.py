@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 
 from orbit_shell import localdb
+from tests.acceptance.procs import reap
 
 
 def script(name: str) -> str:
@@ -54,3 +55,9 @@ def orbit_process(orbit_dsn, tmp_path_factory):
         proc.wait(20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(autouse=True)
+def reap_workers():
+    yield
+    reap()

@@ -16,6 +16,7 @@ import pytest
 from orbit_shell.client import Client
 from orbit_shell.fence import SqlFencedStore, StaleTokenError
 from orbit_shell.models import SubmitTaskRequest
+from tests.acceptance.procs import read_line, spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,37 +76,6 @@ def fence_dsn(server):
     server.drop_database("fence_e2e")
 
 
-def _worker(orbit_server, tenant, queue_id, fence_dsn, sleep: float, value: str):
-    env = dict(
-        os.environ,
-        ORBIT_URL=orbit_server,
-        ORBIT_TOKEN=tenant.token,
-        QUEUE_ID=queue_id,
-        FENCE_DSN=fence_dsn,
-        FENCE_NAMESPACE=tenant.namespace,
-        HANDLER_SLEEP=str(sleep),
-        VALUE=value,
-    )
-    return subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("worker_proc.py"))],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-
-
-def _read_line(proc, prefix: str, timeout: float = 20) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith(prefix):
-            return line.strip()
-        if not line and proc.poll() is not None:
-            break
-    raise AssertionError(f"worker never printed {prefix!r}")
-
-
 def test_sigkill_mid_task_recovered_with_a_larger_token_and_the_late_write_rejected(
     orbit_server, tenant, fence_dsn
 ):
@@ -126,11 +96,10 @@ def test_sigkill_mid_task_recovered_with_a_larger_token_and_the_late_write_rejec
         ),
     ).task
 
-    first = _worker(orbit_server, tenant, queue.queue_id, fence_dsn, sleep=60, value="old")
-    _, old_attempt, old_token = _read_line(first, "started").split()
+    first = spawn(orbit_server, tenant, queue.queue_id, fence_dsn, sleep=60, value="old")
+    _, old_attempt, old_token = read_line(first, "started").split()
     first.send_signal(signal.SIGKILL)  # mid-task: started, nothing written yet
     first.wait(10)
-    first.stdout.close()
 
     deadline = time.monotonic() + 15  # lease 2 s, sweeper every 0.5 s
     while client.get_task(task.task_id).state != "NEEDS_REVIEW":
@@ -138,9 +107,9 @@ def test_sigkill_mid_task_recovered_with_a_larger_token_and_the_late_write_rejec
         time.sleep(0.2)
     client.resolve_task(task.task_id, "WAITING", note="holder was killed; effect checked: none")
 
-    second = _worker(orbit_server, tenant, queue.queue_id, fence_dsn, sleep=0, value="new")
+    second = spawn(orbit_server, tenant, queue.queue_id, fence_dsn, sleep=0, value="new")
     try:
-        _, new_attempt, new_token = _read_line(second, "wrote").split()
+        _, new_attempt, new_token = read_line(second, "wrote").split()
         assert int(new_token) > int(old_token)
         deadline = time.monotonic() + 10
         while client.get_task(task.task_id).state != "SUCCEEDED":
@@ -149,8 +118,7 @@ def test_sigkill_mid_task_recovered_with_a_larger_token_and_the_late_write_rejec
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(15) == 0
-    assert "drained=True" in second.stdout.read()
-    second.stdout.close()
+    assert read_line(second, "drained=") == "drained=True"
 
     # The killed holder's request arrives late at the resource: the token fences it off.
     with pytest.raises(StaleTokenError):

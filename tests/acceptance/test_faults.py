@@ -7,11 +7,8 @@ import math
 import os
 import secrets
 import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -20,11 +17,11 @@ from orbit_shell.client import Client
 from orbit_shell.db import Database
 from orbit_shell.fence import SqlFencedStore
 from orbit_shell.models import SubmitTaskRequest
+from tests.acceptance.procs import SPAWNED, spawn
 from tests.conftest import make_tenant
 from tests.engine import Engine
 from tests.history import Grant, History, Write
 
-WORKER = Path(__file__).with_name("worker_proc.py")
 SETTLED = {"SUCCEEDED", "FAILED", "CANCELLED", "DEADLINE_EXCEEDED", "NEEDS_REVIEW"}
 
 
@@ -34,48 +31,6 @@ def fence(server):
     dsn = server.create_database(name)
     yield dsn
     server.drop_database(name)
-
-
-def spawn(url, tenant, queue_id, fence_dsn, sleep=0.0, value="v"):
-    env = dict(
-        os.environ,
-        ORBIT_URL=url,
-        ORBIT_TOKEN=tenant.token,
-        QUEUE_ID=queue_id,
-        FENCE_DSN=fence_dsn,
-        FENCE_NAMESPACE=tenant.namespace,
-        HANDLER_SLEEP=str(sleep),
-        VALUE=value,
-    )
-    proc = subprocess.Popen(
-        [sys.executable, str(WORKER)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    lines: list[str] = []
-    threading.Thread(
-        target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True
-    ).start()
-    proc.lines = lines
-    SPAWNED.append(proc)
-    return proc
-
-
-SPAWNED: list[subprocess.Popen] = []
-
-
-@pytest.fixture(autouse=True)
-def reap_workers():
-    """Every spawned worker is stopped and its pipe closed, whatever the test did."""
-    yield
-    while SPAWNED:
-        proc = SPAWNED.pop()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        proc.stdout.close()
 
 
 def wait_for(predicate, timeout=30.0, what="condition"):
