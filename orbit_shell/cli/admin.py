@@ -106,6 +106,13 @@ def _write_private(output: Path, document: dict) -> None:
     os.chmod(output, 0o600)
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 1_000_000_000:
+        raise argparse.ArgumentTypeError("must be between 1 and 1000000000")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="orbit-admin", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -122,11 +129,31 @@ def main(argv: list[str] | None = None) -> int:
     account.add_argument("--user", required=True)
     account.add_argument("--host", default="%")
     account.add_argument("--output", required=True, help="JSON file (0600) with the password")
+    quota = sub.add_parser("set-quota", help="set an application's quotas (omit = unlimited)")
+    quota.add_argument("--application", required=True)
+    quota.add_argument("--max-active-attempts", type=_positive, default=None)
+    quota.add_argument("--max-unfinished", type=_positive, default=None)
     args = parser.parse_args(argv)
     dsn = os.environ.get("ORBIT_MYSQL_DSN")
     if not dsn:
         print("orbit-admin: ORBIT_MYSQL_DSN is not set", file=sys.stderr)
         return 2
+    if args.command == "set-quota":
+        database = Database(dsn)
+        try:
+            [[row]] = database.call(
+                "application_set_quota",
+                args.application,
+                args.max_active_attempts,
+                args.max_unfinished,
+            )
+        except errors.OrbitError as exc:
+            print(f"orbit-admin: {exc.code}: {exc.message}", file=sys.stderr)
+            return 1
+        finally:
+            database.close()
+        print(json.dumps(row))
+        return 0
     if args.command == "worker-account":
         try:
             worker_account(dsn, args)

@@ -582,3 +582,49 @@ def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, databa
     assert database.query(
         "SELECT COUNT(*) AS n FROM tasks WHERE idempotency_key = 'killed-idem'"
     ) == [{"n": 1}]
+
+
+# Quotas at claim (K5) ------------------------------------------------------------------------
+
+
+def test_k5_application_quota_counts_each_attempt_once(eng, database, orbit_dsn, monkeypatch):
+    from orbit_shell.cli.admin import main as admin
+
+    monkeypatch.setenv("ORBIT_MYSQL_DSN", orbit_dsn)
+    args = ["set-quota", "--application", eng.t.application, "--max-active-attempts", "2"]
+    assert admin(args) == 0
+    eng.submit("quota/a")  # keyed: two permit records, counted once by the application
+    eng.submit("quota/b")
+    eng.submit()
+    session, _ = eng.hello(capacity=10)
+    granted = eng.claim(session, 10)
+    assert len(granted) == 2
+    [app] = database.query(
+        "SELECT active_attempts FROM applications WHERE id = %s", (eng.t.application_id,)
+    )
+    assert app["active_attempts"] == 2
+    assert eng.claim(session, 10) == []
+    eng.start(session, granted[0]["attempt_id"])
+    eng.result(session, granted[0]["attempt_id"])
+    assert len(eng.claim(session, 10)) == 1
+
+
+def test_k5_queue_permits_limit_concurrent_attempts(eng):
+    queue, _ = eng.queue_create(max_concurrency=1)
+    for _ in range(3):
+        eng.submit("", queue)
+    s1, _ = eng.hello([queue], capacity=5)
+    s2, _ = eng.hello([queue], capacity=5)
+    [a] = eng.claim(s1, 5)
+    assert eng.claim(s2, 5) == []
+    eng.start(s1, a["attempt_id"])
+    eng.result(s1, a["attempt_id"])
+    assert len(eng.claim(s2, 5)) == 1
+
+
+def test_set_quota_for_an_unknown_application_fails_clearly(orbit_dsn, capsys, monkeypatch):
+    from orbit_shell.cli.admin import main as admin
+
+    monkeypatch.setenv("ORBIT_MYSQL_DSN", orbit_dsn)
+    assert admin(["set-quota", "--application", "no-such-app"]) == 1
+    assert "NOT_FOUND" in capsys.readouterr().err
