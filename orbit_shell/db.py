@@ -13,6 +13,7 @@ import contextlib
 import logging
 import queue
 import random
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -88,6 +89,23 @@ def map_error(exc: pymysql.MySQLError) -> errors.OrbitError | None:
     return errors.Internal()
 
 
+def _peer_closed(conn: pymysql.connections.Connection) -> bool:
+    """True when the server already closed this idle connection (EOF waiting on the socket).
+
+    A call on such a connection would fail after its bytes were sent, which the caller cannot
+    tell apart from a connection lost mid-procedure; checking first costs no round trip.
+    """
+    sock = getattr(conn, "_sock", None)  # pymysql keeps the socket here
+    if sock is None:
+        return True
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False  # nothing to read: the connection is idle and alive
+    except OSError:
+        return True
+
+
 class Database:
     """A small thread-safe connection pool with the procedure CALL helper."""
 
@@ -99,9 +117,17 @@ class Database:
     @contextlib.contextmanager
     def connection(self) -> Iterator[pymysql.connections.Connection]:
         """Lend a pooled connection; a connection that failed is closed, not returned."""
-        try:
-            conn = self._idle.get_nowait()
-        except queue.Empty:
+        conn = None
+        while conn is None:
+            try:
+                conn = self._idle.get_nowait()
+            except queue.Empty:
+                break
+            if _peer_closed(conn):  # killed, timed out or server restarted while idle
+                with contextlib.suppress(Exception):
+                    conn.close()
+                conn = None
+        if conn is None:
             try:
                 conn = connect(self.dsn)
             except pymysql.MySQLError as exc:

@@ -7,8 +7,11 @@ import math
 import os
 import secrets
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -85,6 +88,26 @@ def test_sigstop_holder_past_its_lease_then_sigcont_is_refused_everywhere(
     print("\nsigstop: grants=2 stale_writes_attempted=1 rejected=1 overlaps=0 lost=0")
 
 
+def kill_connections(dsn: str) -> int:
+    """KILL CONNECTION every other session on the Orbit database (servers, sweepers, tests)."""
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT id FROM information_schema.processlist WHERE db = DATABASE() "
+                "AND id <> CONNECTION_ID()"
+            )
+            ids = [r["id"] for r in cur.fetchall()]
+            for victim in ids:
+                try:
+                    cur.execute(f"KILL CONNECTION {int(victim)}")
+                except Exception:  # noqa: BLE001 - it may have ended on its own meanwhile
+                    pass
+        return len(ids)
+    finally:
+        conn.close()
+
+
 def _history(database, tenant, submitted, fence_dsn) -> History:
     history = History(submitted=set(submitted))
     for r in database.query(
@@ -151,18 +174,23 @@ def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant,
             victim.send_signal(signal.SIGKILL)  # mid-task, most likely
             victim.wait(10)
             workers.append(spawn(orbit_server, tenant, queue, fence, sleep=CHAOS_SLEEP))
+            db_kills[0] += kill_connections(database.dsn)  # mid-procedure, for some of them
             kills += 1
             next_kill[0] = time.monotonic() + 3.0
         return done
 
     next_kill = [time.monotonic() + 2.0]
+    db_kills = [0]
     wait_for(settled, timeout=max(90.0, CHAOS_TASKS / 5), what="all tasks to succeed")
     for w in workers:
         w.send_signal(signal.SIGTERM)
         w.wait(15)
     stale = sum(1 for w in SPAWNED for x in w.lines if x.startswith("stale"))
     figures = _history(database, tenant, submitted, fence).check()
-    print(f"\nmixed: {figures} kills={kills} stale_writes_rejected={stale}")
+    print(
+        f"\nmixed: {figures} worker_kills={kills} db_connection_kills={db_kills[0]} "
+        f"stale_writes_rejected={stale}"
+    )
     assert figures["lost"] == 0 and figures["writes"] >= CHAOS_TASKS
 
 
@@ -230,3 +258,67 @@ def test_gunicorn_reload_under_load_loses_nothing(orbit_process, tenant):
     assert len(tasks) == 120
     client.close()
     print(f"\ngunicorn reload: submitted=120 accepted={len(set(accepted))} lost=0")
+
+
+def test_full_server_restart_under_load_loses_nothing(orbit_dsn, tenant, tmp_path):
+    """Stop `orbit` entirely (SIGTERM) and start it again while producers keep submitting."""
+    port = localdb.free_port()
+    env = dict(
+        os.environ,
+        ORBIT_MYSQL_DSN=orbit_dsn,
+        ORBIT_HTTP_ADDR=f"127.0.0.1:{port}",
+        ORBIT_HTTP_WORKERS="2",
+    )
+    url = f"http://127.0.0.1:{port}"
+    orbit = str(Path(sys.executable).with_name("orbit"))
+
+    def start():
+        proc = subprocess.Popen(
+            [orbit], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for(lambda: _ready(url), what="orbit to start")
+        return proc
+
+    server = start()
+    client = Client(url, tenant.token, retries=10)
+    queue = client.create_queue("restart").queue_id
+    accepted, failures = [], []
+
+    def produce(n):
+        c = Client(url, tenant.token, retries=10)
+        for i in range(n, 200, 4):
+            try:
+                accepted.append(submit(c, queue, "", idem=f"restart-{i}"))
+            except Exception as exc:  # noqa: BLE001 - counted and asserted below
+                failures.append(exc)
+            time.sleep(0.01)
+        c.close()
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    server.terminate()
+    server.wait(30)
+    server = start()
+    try:
+        for t in threads:
+            t.join()
+        assert not failures
+        assert len(set(accepted)) == 200
+        assert len(client.list_tasks(queue_id=queue, limit=200).tasks) == 200
+    finally:
+        client.close()
+        server.terminate()
+        server.wait(30)
+    print(f"\nserver restart: submitted=200 accepted={len(set(accepted))} lost=0")
+
+
+def _ready(url: str) -> bool:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(url + "/readyz", timeout=1).close()
+        return True
+    except OSError:
+        return False
