@@ -197,3 +197,24 @@ def test_cron_rule_is_dst_aware():
     # 2026-03-29: clocks jump from 02:00 to 03:00 in Berlin; 02:30 local does not exist.
     nxt = rule.next_after(dt.datetime(2026, 3, 28, 12, 0))
     assert nxt.tzinfo is None and nxt > dt.datetime(2026, 3, 28, 12, 0)
+
+
+def test_delete_keeps_history_and_stops_fires(client, tenant, database, orbit_dsn):
+    sched = _create(client, tenant, key="gone/k")
+    _make_due(orbit_dsn, sched["schedule_id"], 120)
+    schedules.fire_due(database)
+    database.call("schedule_set_state", tenant.namespace_id, sched["schedule_id"], "DELETED", None)
+    _make_due(orbit_dsn, sched["schedule_id"], 120)
+    schedules.fire_due(database)
+    assert len(_tasks(client, tenant)) == 1  # no fire after the delete
+    kept = database.query(
+        "SELECT (SELECT COUNT(*) FROM schedule_versions v WHERE v.schedule_id "
+        "= s.id) AS versions, (SELECT COUNT(*) FROM schedule_fires f WHERE "
+        "f.schedule_id = s.id) AS fires FROM schedules s WHERE s.public_id = %s",
+        (sched["schedule_id"],),
+    )
+    assert kept == [{"versions": 1, "fires": 1}]
+    resumed = client.simulate_post(
+        f"/v1/schedules/{sched['schedule_id']}/resume", headers=tenant.headers
+    )
+    assert resumed.status_code == 409
