@@ -454,48 +454,6 @@ def test_pausing_a_queue_hands_key_candidacy_to_another_queue(eng, database):
 # Faults --------------------------------------------------------------------------------------
 
 
-def test_deadlock_victim_is_retried_whole(eng, database, orbit_dsn):
-    from orbit_shell import db
-
-    retries = []
-    shell = Database(orbit_dsn, sleep=lambda s: retries.append(s) or time.sleep(s))
-    blocker = db.connect(orbit_dsn, autocommit=False)
-    out = {}
-    with blocker.cursor() as cur:
-        cur.execute(
-            "UPDATE tasks SET business_key = 'x' WHERE namespace_id = %s", (eng.t.namespace_id,)
-        )
-        cur.execute("SELECT id FROM queues WHERE id = %s FOR UPDATE", (eng.ids[eng.queue],))
-
-    def submit():
-        out["id"] = Engine.submit(_with_db(eng, shell))
-
-    thread = threading.Thread(target=submit)
-    try:
-        thread.start()
-        time.sleep(0.5)  # the submit holds the application row and waits for the queue row
-        with blocker.cursor() as cur:
-            try:
-                cur.execute(
-                    "SELECT id FROM applications WHERE id = %s FOR UPDATE", (eng.t.application_id,)
-                )
-            except Exception:  # noqa: BLE001 - if InnoDB picked the blocker, that's fine too
-                pass
-        time.sleep(0.2)
-    finally:
-        blocker.rollback()
-        blocker.close()
-        thread.join(10)
-    assert out.get("id")
-    assert retries, "the procedure was never the deadlock victim"
-
-
-def _with_db(eng: Engine, database: Database) -> Engine:
-    e = Engine.__new__(Engine)
-    e.db, e.t, e.queue, e.ids = database, eng.t, eng.queue, eng.ids
-    return e
-
-
 def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, database, orbit_dsn):
     from orbit_shell import db
 
