@@ -19,14 +19,18 @@ BEGIN
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  SELECT a.id, a.state, s.public_id, a.lease_expires_at, q.lease_seconds, t.deadline_at
-    INTO v_attempt, v_state, v_session, v_expires, v_lease, v_deadline
+  -- Lock the attempt row alone (then its permits); the session, queue and task rows are only
+  -- read: locking them here would serialise renewals with claims and break the lock order.
+  SELECT id, state, lease_expires_at INTO v_attempt, v_state, v_expires
+    FROM attempts
+   WHERE public_id = p_attempt_public_id AND namespace_id = p_namespace_id
+     FOR UPDATE;
+  SELECT s.public_id, q.lease_seconds, t.deadline_at INTO v_session, v_lease, v_deadline
     FROM attempts a
     JOIN worker_sessions s ON s.id = a.session_id
     JOIN queues q ON q.id = a.queue_id
     JOIN tasks t ON t.id = a.task_id
-   WHERE a.public_id = p_attempt_public_id AND a.namespace_id = p_namespace_id
-     FOR UPDATE;
+   WHERE a.id = v_attempt;
   -- The clock is read after the first lock: a call that waited must not stamp times
   -- earlier than the change it waited for.
   SET v_now = UTC_TIMESTAMP(6);

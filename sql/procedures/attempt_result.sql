@@ -52,10 +52,11 @@ BEGIN
   -- The clock is read after the first lock: a call that waited must not stamp times
   -- earlier than the change it waited for.
   SET v_now = UTC_TIMESTAMP(6);
-  SELECT a.task_id, a.state, s.public_id, a.lease_expires_at, a.result_sha256, a.concurrency_token
-    INTO v_task, v_state, v_session, v_expires, v_stored, v_token
-    FROM attempts a JOIN worker_sessions s ON s.id = a.session_id
-   WHERE a.id = v_attempt FOR UPDATE;
+  SELECT task_id, state, lease_expires_at, result_sha256, concurrency_token
+    INTO v_task, v_state, v_expires, v_stored, v_token
+    FROM attempts WHERE id = v_attempt FOR UPDATE;
+  SELECT s.public_id INTO v_session
+    FROM attempts a JOIN worker_sessions s ON s.id = a.session_id WHERE a.id = v_attempt;
 
   IF v_session = p_session_public_id AND v_stored = v_fp THEN
     -- Duplicate of the stored result: answer it again, change nothing.

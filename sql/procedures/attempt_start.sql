@@ -3,7 +3,7 @@
 -- Result set: the attempt (attempt_detail columns).
 -- Errors: NOT_FOUND (unknown attempt in this namespace), LEASE_LOST (another session, lease
 --   expired, or the attempt already ended: a late start changes nothing).
--- Locks: attempts row only (then permits); no counter changes, so no application lock.
+-- Locks: the attempts row alone, then its tasks row; no counter changes, so no application lock.
 CREATE PROCEDURE attempt_start(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32),
                                IN p_attempt_public_id CHAR(32))
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -19,11 +19,15 @@ BEGIN
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  SELECT a.id, a.task_id, a.state, a.concurrency_token, s.public_id, a.lease_expires_at
-    INTO v_attempt, v_task, v_state, v_token, v_session, v_expires
-    FROM attempts a JOIN worker_sessions s ON s.id = a.session_id
-   WHERE a.public_id = p_attempt_public_id AND a.namespace_id = p_namespace_id
+  -- Lock the attempt row alone: a join FOR UPDATE would also lock the session row, out of
+  -- the documented order, and deadlock with a claim recovering this attempt.
+  SELECT id, task_id, state, concurrency_token, lease_expires_at
+    INTO v_attempt, v_task, v_state, v_token, v_expires
+    FROM attempts
+   WHERE public_id = p_attempt_public_id AND namespace_id = p_namespace_id
      FOR UPDATE;
+  SELECT s.public_id INTO v_session
+    FROM attempts a JOIN worker_sessions s ON s.id = a.session_id WHERE a.id = v_attempt;
   -- The clock is read after the first lock: a call that waited must not stamp times
   -- earlier than the change it waited for.
   SET v_now = UTC_TIMESTAMP(6);
