@@ -75,30 +75,36 @@ BEGIN
   UPDATE worker_sessions SET last_seen_at = v_now WHERE id = v_session;
 
   -- Recovery of expired leases on these queues (bounded; the sweeper does the rest).
-  SET v_item = 0;
-  recover_loop: LOOP
+  -- Per queue of the session (ix_attempts_queue_lease, ix_tasks_queue_due), bounded; the
+  -- sweeper does the rest. The found row is re-checked under its lock by the helper.
+  SET v_queue = 0;
+  recovery_queues: LOOP
     SET v_next = NULL;
-    SELECT a.id INTO v_next FROM attempts a
-     WHERE a.state IN ('LEASED', 'RUNNING') AND a.lease_expires_at <= v_now AND a.id > v_item
-       AND a.queue_id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
-     ORDER BY a.id LIMIT 1;
-    IF v_next IS NULL OR v_granted >= 20 THEN LEAVE recover_loop; END IF;
-    CALL attempt_recover(v_next, 'system:claim');
-    SET v_item = v_next, v_granted = v_granted + 1;
+    SELECT MIN(queue_id) INTO v_next FROM worker_session_queues
+     WHERE session_id = v_session AND queue_id > v_queue;
+    IF v_next IS NULL THEN LEAVE recovery_queues; END IF;
+    SET v_queue = v_next;
+    recover_loop: LOOP
+      SET v_next = NULL;
+      SELECT id INTO v_next FROM attempts FORCE INDEX (ix_attempts_queue_lease)
+       WHERE queue_id = v_queue AND state IN ('LEASED', 'RUNNING') AND lease_expires_at <= v_now
+       LIMIT 1;
+      IF v_next IS NULL OR v_granted >= 20 THEN LEAVE recover_loop; END IF;
+      CALL attempt_recover(v_next, 'system:claim');
+      SET v_granted = v_granted + 1;
+    END LOOP;
+    -- Retry backoff that has run out: DELAYED tasks re-enter their lane (procrastinate #1599).
+    due_loop: LOOP
+      SET v_next = NULL;
+      SELECT id INTO v_next FROM tasks FORCE INDEX (ix_tasks_queue_due)
+       WHERE queue_id = v_queue AND lane = 'DELAYED' AND available_at <= v_now
+       LIMIT 1 FOR UPDATE;
+      IF v_next IS NULL OR v_granted >= 70 THEN LEAVE due_loop; END IF;
+      CALL task_enter_lane(v_next);
+      SET v_granted = v_granted + 1;
+    END LOOP;
   END LOOP;
-  -- Retry backoff that has run out: DELAYED tasks re-enter their lane (procrastinate #1599).
-  SET v_item = 0, v_granted = 0;
-  due_loop: LOOP
-    SET v_next = NULL;
-    SELECT t.id INTO v_next FROM tasks t
-     WHERE t.lane = 'DELAYED' AND t.available_at <= v_now AND t.id > v_item
-       AND t.queue_id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
-     ORDER BY t.id LIMIT 1 FOR UPDATE;
-    IF v_next IS NULL OR v_granted >= 50 THEN LEAVE due_loop; END IF;
-    CALL task_enter_lane(v_next);
-    SET v_item = v_next, v_granted = v_granted + 1;
-  END LOOP;
-  SET v_granted = 0;
+  SET v_granted = 0, v_queue = 0;
   -- Grants are stamped after the recoveries above, so a new permit never starts before the
   -- permit it replaces ended.
   SET v_now = UTC_TIMESTAMP(6);
