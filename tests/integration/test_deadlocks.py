@@ -5,7 +5,6 @@ EXIT HANDLER rolls it back, and the shell retries it whole once the blocker has 
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 
@@ -14,6 +13,7 @@ import pytest
 from orbit_shell import db
 from orbit_shell.db import Database
 from tests.engine import Engine
+from tests.procedure_cases import PROCEDURES, cases, setup
 
 
 @pytest.fixture(scope="module")
@@ -29,123 +29,13 @@ def ballast(server):
     server.drop_database("deadlock_ballast")
 
 
-def _row(database, sql, *args):
-    return database.query(sql, args)[0]["id"]
-
-
-def _setup(eng, database):
-    """Everything the cases need: a session with a RUNNING, a LEASED and a NEEDS_REVIEW attempt,
-    a WAITING task, and a known worker identity."""
-    worker = "dl-" + secrets.token_hex(4)
-    session, _ = eng.hello(capacity=8, worker=worker)
-    running, leased, review = eng.submit("dl/a"), eng.submit("dl/b"), eng.submit("dl/c")
-    waiting = eng.submit("dl/a")
-    got = {a["task_id"]: a["attempt_id"] for a in eng.claim(session, 8)}
-    eng.start(session, got[running])
-    eng.start(session, got[review])
-    eng.result(session, got[review], "unknown")
-    ids = {
-        r["public_id"]: (r["id"], r["task_id"])
-        for r in database.query(
-            "SELECT public_id, id, task_id FROM attempts WHERE public_id IN (%s, %s)",
-            (got[running], got[leased]),
-        )
-    }
-    s_extra = {"running_attempt": ids[got[running]][0], "leased_task": ids[got[leased]][1]}
-    return {
-        "session": session,
-        "worker": worker,
-        "running": got[running],
-        "leased": got[leased],
-        "review": review,
-        "waiting": waiting,
-        "app": eng.t.application_id,
-        "queue": eng.ids[eng.queue],
-        **s_extra,
-    }
-
-
-# procedure -> (first lock, second lock, args); locks are (table, id getter)
-APP = ("SELECT id FROM applications WHERE id = %s FOR UPDATE", "app")
-QUEUE = ("SELECT id FROM queues WHERE id = %s FOR UPDATE", "queue")
-
-
-def _cases(eng, s):
-    ns = eng.t.namespace_id
-    attempt = lambda key: ("SELECT id FROM attempts WHERE public_id = %s FOR UPDATE", key)  # noqa: E731
-    task = lambda key: ("SELECT id FROM tasks WHERE public_id = %s FOR UPDATE", key)  # noqa: E731
-    return {
-        "task_submit": (
-            APP,
-            QUEUE,
-            (
-                ns,
-                s["queue"],
-                "dl-" + secrets.token_hex(4),
-                "0" * 64,
-                "h",
-                "v1",
-                "v1",
-                "{}",
-                "",
-                "dl/new",
-                5,
-                None,
-                None,
-                "t",
-                None,
-                None,
-                None,
-            ),
-        ),
-        "worker_claim": (APP, QUEUE, (ns, s["session"], 1)),
-        "worker_hello": (
-            APP,
-            ("SELECT id FROM worker_sessions WHERE worker_id = %s FOR UPDATE", "worker"),
-            (ns, eng.t.application_id, s["worker"], 8, 1, f'["{eng.queue}"]', "0" * 64),
-        ),
-        "attempt_result": (
-            APP,
-            attempt("running"),
-            (ns, s["session"], s["running"], "succeeded", 0, None, None),
-        ),
-        "task_cancel": (APP, task("waiting"), (ns, s["waiting"], "t")),
-        "task_resolve": (APP, task("review"), (ns, s["review"], "FAILED", "t", None)),
-        "queue_set_state": (APP, QUEUE, (ns, eng.queue, "PAUSED")),
-        "attempt_start": (
-            attempt("leased"),
-            # Only the tasks row: a join FOR UPDATE would lock the attempt as well.
-            ("SELECT id FROM tasks WHERE id = %s FOR UPDATE", "leased_task"),
-            (ns, s["session"], s["leased"]),
-        ),
-        "attempt_renew": (
-            attempt("running"),
-            ("SELECT id FROM permits WHERE attempt_id = %s FOR UPDATE", "running_attempt"),
-            (ns, s["session"], s["running"]),
-        ),
-    }
-
-
-@pytest.mark.parametrize(
-    "procedure",
-    [
-        "task_submit",
-        "worker_claim",
-        "worker_hello",
-        "attempt_result",
-        "task_cancel",
-        "task_resolve",
-        "queue_set_state",
-        "attempt_start",
-        "attempt_renew",
-    ],
-)
+@pytest.mark.parametrize("procedure", PROCEDURES)
 def test_deadlock_victim_procedure_is_retried_whole(
     procedure, database, tenant, orbit_dsn, ballast
 ):
     eng = Engine(database, tenant)
-    s = _setup(eng, database)
-    (first_sql, first_key), (second_sql, second_key), args = _cases(eng, s)[procedure]
+    s = setup(eng, database)
+    (first_sql, first_key), (second_sql, second_key), args = cases(eng, s)[procedure]
     retried, released = threading.Event(), threading.Event()
 
     def on_retry(seconds):  # the shell's backoff sleep: the blocker lets go before the retry
