@@ -4,8 +4,10 @@ succeeds on the state `setup` prepares."""
 
 from __future__ import annotations
 
+import json
 import secrets
 
+# Procedures that take two or more locks: a deadlock can be forced into each of them.
 PROCEDURES = [
     "task_submit",
     "worker_claim",
@@ -16,6 +18,19 @@ PROCEDURES = [
     "queue_set_state",
     "attempt_start",
     "attempt_renew",
+    "schedule_add_version",
+    "schedule_set_state",
+    "schedule_advance",
+]
+# Procedures that take one lock (they can wait on it, but never hold one while waiting, so no
+# deadlock can involve them): lock waits only. worker_namespace takes no lock at all.
+SINGLE_LOCK = [
+    "queue_create",
+    "schedule_create",
+    "worker_goodbye",
+    "tenant_bootstrap",
+    "application_set_quota",
+    "lease_sweep",
 ]
 
 
@@ -38,6 +53,44 @@ def setup(eng, database):
         )
     }
     s_extra = {"running_attempt": ids[got[running]][0], "leased_task": ids[got[leased]][1]}
+    definition = json.dumps(
+        {
+            "task": {
+                "queue_id": eng.queue,
+                "handler": "h",
+                "handler_version": "v1",
+                "payload_version": "v1",
+                "payload": {},
+                "business_key": "",
+                "concurrency_key": "dl/s",
+                "priority": 5,
+                "max_attempts": None,
+                "deadline_seconds": None,
+            }
+        }
+    )
+    [[made]] = database.call(
+        "schedule_create",
+        eng.t.namespace_id,
+        eng.t.application_id,
+        "dl-" + secrets.token_hex(4),
+        "INTERVAL",
+        None,
+        None,
+        60,
+        definition,
+        "2030-01-01 00:00:00",
+    )
+    [sched] = database.query(
+        "SELECT id, public_id, next_fire_at FROM schedules WHERE public_id = %s",
+        (made["schedule_id"],),
+    )
+    s_extra.update(
+        schedule=sched["public_id"],
+        schedule_row=sched["id"],
+        schedule_next=sched["next_fire_at"],
+        definition=definition,
+    )
     return {
         "session": session,
         "worker": worker,
@@ -54,6 +107,7 @@ def setup(eng, database):
 # procedure -> (first lock, second lock, args); locks are (table, id getter)
 APP = ("SELECT id FROM applications WHERE id = %s FOR UPDATE", "app")
 QUEUE = ("SELECT id FROM queues WHERE id = %s FOR UPDATE", "queue")
+SCHEDULE = ("SELECT id FROM schedules WHERE id = %s FOR UPDATE", "schedule_row")
 
 
 def cases(eng, s):
@@ -104,6 +158,65 @@ def cases(eng, s):
             ("SELECT id FROM tasks WHERE id = %s FOR UPDATE", "leased_task"),
             (ns, s["session"], s["leased"]),
         ),
+        "schedule_add_version": (
+            APP,
+            SCHEDULE,
+            (ns, s["schedule"], "INTERVAL", None, None, 30, s["definition"], "2030-01-01 00:00:00"),
+        ),
+        "schedule_set_state": (APP, SCHEDULE, (ns, s["schedule"], "PAUSED", None)),
+        "schedule_advance": (
+            APP,
+            SCHEDULE,
+            (
+                s["schedule_row"],
+                s["schedule_next"],
+                s["schedule_next"],
+                1,
+                None,
+                "2030-01-01 00:01:00",
+            ),
+        ),
+        "queue_create": (
+            APP,
+            None,
+            (ns, eng.t.application_id, "dl-" + secrets.token_hex(4), None, None, 3, 30, 1, 300),
+        ),
+        "schedule_create": (
+            APP,
+            None,
+            (
+                ns,
+                eng.t.application_id,
+                "dl-" + secrets.token_hex(4),
+                "INTERVAL",
+                None,
+                None,
+                60,
+                s["definition"],
+                "2030-01-01 00:00:00",
+            ),
+        ),
+        "worker_goodbye": (
+            ("SELECT id FROM worker_sessions WHERE worker_id = %s FOR UPDATE", "worker"),
+            None,
+            (ns, s["session"]),
+        ),
+        "tenant_bootstrap": (
+            APP,
+            None,
+            (
+                eng.t.application,
+                "test",
+                eng.t.namespace,
+                "default",
+                secrets.token_hex(8),
+                "0" * 64,
+                "tasks:read",
+                "dl",
+            ),
+        ),
+        "application_set_quota": (APP, None, (eng.t.application, None, None)),
+        "lease_sweep": (APP, None, (100,)),
         "attempt_renew": (
             attempt("running"),
             ("SELECT id FROM permits WHERE attempt_id = %s FOR UPDATE", "running_attempt"),

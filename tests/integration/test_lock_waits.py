@@ -11,7 +11,7 @@ import pytest
 from orbit_shell import db
 from orbit_shell.db import Database
 from tests.engine import Engine
-from tests.procedure_cases import PROCEDURES, cases, setup
+from tests.procedure_cases import PROCEDURES, SINGLE_LOCK, cases, setup
 
 
 class Blocked:
@@ -32,10 +32,12 @@ class Blocked:
                 self.conn.close()
 
 
-@pytest.mark.parametrize("procedure", PROCEDURES)
+@pytest.mark.parametrize("procedure", PROCEDURES + SINGLE_LOCK)
 def test_lock_wait_timeout_is_retried_whole(procedure, database, tenant, orbit_dsn):
     eng = Engine(database, tenant)
     s = setup(eng, database)
+    if procedure == "lease_sweep":
+        eng.expire(s["running"])  # something of this application for the sweep to lock
     (first_sql, first_key), _, args = cases(eng, s)[procedure]
     blocker = Blocked(orbit_dsn, first_sql, (s[first_key],))
     shell = Database(orbit_dsn, sleep=blocker.sleep)
