@@ -88,6 +88,25 @@ def test_sigstop_holder_past_its_lease_then_sigcont_is_refused_everywhere(
     print("\nsigstop: grants=2 stale_writes_attempted=1 rejected=1 overlaps=0 lost=0")
 
 
+def client_history(procs) -> History:
+    """Grants as the worker processes saw them: from a handler's start (after Start was
+    confirmed) to its accepted fenced write, on the shared monotonic clock. That interval lies
+    inside the real holding interval, so two of them overlapping on one key would prove a double
+    grant. Handlers whose write was refused as stale held nothing valid and are left out."""
+    started, history = {}, History()
+    for proc in procs:
+        for line in proc.lines:
+            kind, *fields = line.split()
+            if kind == "started":
+                started[fields[0]] = float(fields[3])
+            elif kind == "wrote":
+                attempt, token, key, at = fields
+                history.grants.append(
+                    Grant(key, int(token), attempt, "", started[attempt], float(at))
+                )
+    return history
+
+
 def kill_connections(dsn: str) -> int:
     """KILL CONNECTION every other session on the Orbit database (servers, sweepers, tests)."""
     conn = db.connect(dsn)
@@ -187,11 +206,15 @@ def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant,
         w.wait(15)
     stale = sum(1 for w in SPAWNED for x in w.lines if x.startswith("stale"))
     figures = _history(database, tenant, submitted, fence).check()
+    seen = client_history(SPAWNED).check()  # what the workers saw, on their own clocks
     print(
-        f"\nmixed: {figures} worker_kills={kills} db_connection_kills={db_kills[0]} "
+        f"\nmixed: server={figures} client_grants={seen['grants']} "
+        f"client_overlaps={seen['overlaps']} worker_kills={kills} "
+        f"db_connection_kills={db_kills[0]} "
         f"stale_writes_rejected={stale}"
     )
     assert figures["lost"] == 0 and figures["writes"] >= CHAOS_TASKS
+    assert seen["grants"] >= CHAOS_TASKS and seen["overlaps"] == 0
 
 
 def test_kill_9_mariadbd_loses_no_accepted_task_and_no_token(tmp_path):

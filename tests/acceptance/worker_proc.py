@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 from orbit_shell import logs
 from orbit_shell.fence import SqlFencedStore, StaleTokenError
 from orbit_shell.worker import Worker
+
+_OUT = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One whole line per write: handler threads must not interleave their output."""
+    with _OUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def main() -> None:
@@ -26,7 +36,9 @@ def main() -> None:
 
     @worker.handler("object.update", "v1")
     def update(event):
-        print(f"started {event.attempt_id} {event.concurrency_token}", flush=True)
+        # time.monotonic() is CLOCK_MONOTONIC: comparable across processes on one machine.
+        key = event.task.concurrency_key
+        say(f"started {event.attempt_id} {event.concurrency_token} {key} {time.monotonic()}")
         time.sleep(float(os.environ.get("HANDLER_SLEEP", "0")))
         try:
             store.write(
@@ -37,13 +49,13 @@ def main() -> None:
                 os.environ.get("VALUE", "v"),
             )
         except StaleTokenError:
-            print(f"stale {event.attempt_id} {event.concurrency_token}", flush=True)
+            say(f"stale {event.attempt_id} {event.concurrency_token}")
             raise
-        print(f"wrote {event.attempt_id} {event.concurrency_token}", flush=True)
+        say(f"wrote {event.attempt_id} {event.concurrency_token} {key} {time.monotonic()}")
         return {"token": str(event.concurrency_token)}
 
     worker.run(install_signals=True)
-    print(f"drained={worker.drained}", flush=True)
+    say(f"drained={worker.drained}")
 
 
 if __name__ == "__main__":
