@@ -70,12 +70,15 @@ def _claim_reads(dsn: str, namespace: int, session: str) -> tuple[int, list]:
 
 @pytest.mark.slow
 def test_k8_ten_thousand_blocked_tasks_do_not_hide_another_key(eng, database):
-    holder_session, _ = eng.hello(capacity=1)
-    eng.submit("hot/key")
+    # An hour's lease: the holder must still hold the key however slowly the 10,000 go in (a
+    # running server's sweeper would rightly recover a 30 s lease on a loaded machine).
+    queue, _ = eng.queue_create(lease=3600)
+    holder_session, _ = eng.hello([queue], capacity=1)
+    eng.submit("hot/key", queue)
     [held] = eng.claim(holder_session, 1)
-    session, _ = eng.hello(capacity=10)
+    session, _ = eng.hello([queue], capacity=10)
 
-    eng.submit("cold/key-0")
+    eng.submit("cold/key-0", queue)
     reads_small, rows = _claim_reads(database.dsn, eng.t.namespace_id, session)
     assert [r["concurrency_key"] for r in rows] == ["cold/key-0"]
 
@@ -89,7 +92,7 @@ def test_k8_ten_thousand_blocked_tasks_do_not_hide_another_key(eng, database):
                 cur.execute(
                     "CALL task_submit(%s, %s, %s, REPEAT('f', 64), 'h', 'v1', 'v1', '{}', "
                     "'', 'hot/key', 5, NULL, NULL, 'test', NULL, NULL, NULL)",
-                    (eng.t.namespace_id, eng.ids[eng.queue], f"bulk-{i}"),
+                    (eng.t.namespace_id, eng.ids[queue], f"bulk-{i}"),
                 )
                 cur.fetchall()
                 while cur.nextset():
@@ -103,7 +106,7 @@ def test_k8_ten_thousand_blocked_tasks_do_not_hide_another_key(eng, database):
     )
     assert {r["lane"]: r["n"] for r in lanes} == {None: 1, "BLOCKED": 10_000}
 
-    eng.submit("cold/key-1")
+    eng.submit("cold/key-1", queue)
     reads_big, rows = _claim_reads(database.dsn, eng.t.namespace_id, session)
     assert [r["concurrency_key"] for r in rows] == ["cold/key-1"]  # claimed at once
     # Rows the claim reads do not grow with the backlog behind the busy key.
