@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from orbit_shell import auth, db, localdb, schema  # noqa: E402
 from orbit_shell.client import Client  # noqa: E402
@@ -279,24 +280,31 @@ def e2e(
     producers: int,
     workers: int,
     capacity: int,
+    drain: bool = False,
 ) -> dict:
+    """Producers and SDK worker processes together; with ``drain`` the tasks are all submitted
+    first and the clock starts when the workers do (the peer's way of measuring)."""
     client = Client(url, bench.token)
     queue = client.create_queue(f"e2e-{name}-{secrets.token_hex(3)}", lease_seconds=30).queue_id
     client.close()
     env = dict(
         os.environ, ORBIT_URL=url, ORBIT_TOKEN=bench.token, QUEUE_IDS=queue, CAPACITY=str(capacity)
     )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "noop_worker.py")],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        for _ in range(workers)
-    ]
-    time.sleep(1.0)
+
+    def spawn_workers():
+        return [
+            subprocess.Popen(
+                [sys.executable, str(ROOT / "bench" / "noop_worker.py")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            for _ in range(workers)
+        ]
+
+    procs = [] if drain else spawn_workers()
+    time.sleep(0 if drain else 1.0)
     started = time.monotonic()
 
     def produce(i: int) -> None:
@@ -318,6 +326,9 @@ def e2e(
 
     run_threads(produce, producers)
     submit_s = time.monotonic() - started
+    if drain:
+        procs = spawn_workers()
+        started = time.monotonic()  # includes the workers' start-up, as the peer's does
     [row] = bench.db.query("SELECT id FROM queues WHERE public_id = %s", (queue,))
     while True:
         [done] = bench.db.query(
@@ -353,15 +364,46 @@ def e2e(
     }
 
 
+def peer(bench: Bench, url: str, jobs: int) -> dict:
+    """Orbit and Procrastinate drain the same no-op jobs with one worker of concurrency 10, in
+    the same run; unkeyed, and over 1,000 keys (Procrastinate's `lock`)."""
+    try:
+        import peer_procrastinate
+    except ImportError as exc:
+        print(f"peer: skipped ({exc}); pip install 'procrastinate[psycopg]'", flush=True)
+        return {"skipped": str(exc)}
+    out = {}
+    for keys in (0, 1000):
+        mine = e2e(
+            bench, url, f"drain{keys}", jobs, keys, producers=8, workers=1, capacity=10, drain=True
+        )
+        theirs = peer_procrastinate.run(jobs, keys, 10)
+        ratio = mine["tasks_per_s"] / theirs["jobs_per_s"]
+        out[f"keys{keys}"] = {
+            "orbit_tasks_per_s": mine["tasks_per_s"],
+            "procrastinate_jobs_per_s": theirs["jobs_per_s"],
+            "ratio": ratio,
+        }
+        target = 10 if keys else 2.5
+        print(
+            f"peer keys={keys}: Orbit {mine['tasks_per_s']:.0f}/s, Procrastinate "
+            f"{theirs['jobs_per_s']:.0f}/s, ratio {ratio:.2f} (target >= {target})",
+            flush=True,
+        )
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--large", action="store_true", help="100k and 1M parked, longer runs")
-    parser.add_argument("--only", choices=["ceiling", "procedure", "blocked", "e2e"], nargs="*")
+    parser.add_argument(
+        "--only", choices=["ceiling", "procedure", "blocked", "e2e", "peer"], nargs="*"
+    )
     parser.add_argument("--threads", type=int, default=8)
     args = parser.parse_args()
-    parts = set(args.only or ["ceiling", "procedure", "blocked", "e2e"])
+    parts = set(args.only or ["ceiling", "procedure", "blocked", "e2e", "peer"])
     seconds = 20.0 if args.large else 8.0
 
     own = None
@@ -406,25 +448,28 @@ def main() -> int:
                     f"rows read {b['rows_read_per_claim']:.0f}",
                     flush=True,
                 )
-        if "e2e" in parts:
+        if parts & {"e2e", "peer"}:
             proc_server, url = start_server(dsn, workers=4, threads=8)
             try:
-                n = 6000 if args.large else 2000
-                runs = [("unkeyed", n, 0), ("keys1000", n, 1000), ("hot10", n // 4, 10)]
-                results["e2e"] = [
-                    e2e(bench, url, name, count, keys, producers=8, workers=2, capacity=16)
-                    for name, count, keys in runs
-                ]
-                children = subprocess.run(
-                    ["pgrep", "-P", str(proc_server.pid)], capture_output=True, text=True
-                ).stdout.split()
-                results["gunicorn_worker_peak_rss_mib"] = (
-                    max((vm_hwm_kib(int(c)) for c in children), default=0) / 1024
-                )
+                if "peer" in parts:
+                    results["peer"] = peer(bench, url, 6000 if args.large else 2000)
+                if "e2e" in parts:
+                    n = 6000 if args.large else 2000
+                    runs = [("unkeyed", n, 0), ("keys1000", n, 1000), ("hot10", n // 4, 10)]
+                    results["e2e"] = [
+                        e2e(bench, url, name, count, keys, producers=8, workers=2, capacity=16)
+                        for name, count, keys in runs
+                    ]
+                    children = subprocess.run(
+                        ["pgrep", "-P", str(proc_server.pid)], capture_output=True, text=True
+                    ).stdout.split()
+                    results["gunicorn_worker_peak_rss_mib"] = (
+                        max((vm_hwm_kib(int(c)) for c in children), default=0) / 1024
+                    )
             finally:
                 proc_server.terminate()
                 proc_server.wait(30)
-            for r in results["e2e"]:
+            for r in results.get("e2e", []):
                 print(
                     f"e2e {r['scenario']:>9}: {r['tasks_per_s']:.0f} tasks/s "
                     f"(submit {r['submit_per_s']:.0f}/s), submit-to-start p50 "
@@ -432,10 +477,12 @@ def main() -> int:
                     f"p99 {r['submit_to_start_p99_ms']:.0f} ms",
                     flush=True,
                 )
-            print(
-                f"memory: gunicorn worker {results['gunicorn_worker_peak_rss_mib']:.0f} MiB, "
-                f"SDK worker {max(r['sdk_worker_peak_rss_mib'] for r in results['e2e']):.0f} MiB"
-            )
+            if "e2e" in results:
+                sdk = max(r["sdk_worker_peak_rss_mib"] for r in results["e2e"])
+                print(
+                    f"memory: gunicorn worker {results['gunicorn_worker_peak_rss_mib']:.0f} MiB, "
+                    f"SDK worker {sdk:.0f} MiB"
+                )
         out = ROOT / "bench" / "results" / (time.strftime("%Y%m%dT%H%M%S") + ".json")
         out.write_text(json.dumps(results, indent=2) + "\n")
         print(f"written {out.relative_to(ROOT)}")
