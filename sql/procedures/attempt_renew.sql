@@ -3,13 +3,13 @@
 -- Result set: {lease_expires_at}.
 -- Errors: NOT_FOUND, LEASE_LOST (another session, lease already expired, attempt ended).
 -- Locks: attempts row, then its permits rows (same order as recovery: attempt before permits).
-CREATE PROCEDURE attempt_renew(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32),
-                               IN p_attempt_public_id CHAR(32))
+CREATE PROCEDURE attempt_renew(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
+                               IN p_attempt_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_attempt BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_state VARCHAR(20);
-  DECLARE v_session CHAR(32);
+  DECLARE v_session CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_expires DATETIME(6);
   DECLARE v_lease INT UNSIGNED;
   DECLARE v_deadline DATETIME(6);

@@ -12,8 +12,8 @@
 -- Locks, in order: applications row, queues row, worker_sessions row, tasks row,
 --   concurrency_resources row, attempts row, permits rows (attempt_release).
 CREATE PROCEDURE attempt_result(
-  IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32),
-  IN p_attempt_public_id CHAR(32), IN p_outcome VARCHAR(16), IN p_retryable TINYINT,
+  IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
+  IN p_attempt_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_outcome VARCHAR(16), IN p_retryable TINYINT,
   IN p_result MEDIUMTEXT, IN p_error MEDIUMTEXT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -21,11 +21,11 @@ BEGIN
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(20);
-  DECLARE v_session CHAR(32);
+  DECLARE v_session CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_expires DATETIME(6);
-  DECLARE v_stored CHAR(64);
+  DECLARE v_stored CHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_token BIGINT UNSIGNED;
-  DECLARE v_fp CHAR(64);
+  DECLARE v_fp CHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_started INT UNSIGNED;
   DECLARE v_max_attempts INT UNSIGNED;
   DECLARE v_deadline DATETIME(6);

@@ -4,15 +4,15 @@
 -- Errors: NOT_FOUND (unknown attempt in this namespace), LEASE_LOST (another session, lease
 --   expired, or the attempt already ended: a late start changes nothing).
 -- Locks: the attempts row alone, then its tasks row; no counter changes, so no application lock.
-CREATE PROCEDURE attempt_start(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32),
-                               IN p_attempt_public_id CHAR(32))
+CREATE PROCEDURE attempt_start(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
+                               IN p_attempt_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_attempt BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(20);
   DECLARE v_token BIGINT UNSIGNED;
-  DECLARE v_session CHAR(32);
+  DECLARE v_session CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_expires DATETIME(6);
   DECLARE v_now DATETIME(6);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;

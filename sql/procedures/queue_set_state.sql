@@ -7,7 +7,7 @@
 -- Result set: {queue_id, state}.
 -- Errors: NOT_FOUND.
 -- Locks, in order: applications row, queues row, then per key: tasks rows, the key row.
-CREATE PROCEDURE queue_set_state(IN p_namespace_id BIGINT UNSIGNED, IN p_queue_public_id CHAR(32),
+CREATE PROCEDURE queue_set_state(IN p_namespace_id BIGINT UNSIGNED, IN p_queue_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                  IN p_state VARCHAR(10))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN

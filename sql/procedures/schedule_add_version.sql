@@ -4,7 +4,7 @@
 -- Errors: NOT_FOUND, STATE_CONFLICT (deleted schedule).
 -- Locks: applications row, schedules row, then the new schedule_versions row.
 CREATE PROCEDURE schedule_add_version(
-  IN p_namespace_id BIGINT UNSIGNED, IN p_schedule_public_id CHAR(32), IN p_rule_kind VARCHAR(10),
+  IN p_namespace_id BIGINT UNSIGNED, IN p_schedule_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_rule_kind VARCHAR(10),
   IN p_cron VARCHAR(120), IN p_timezone VARCHAR(64), IN p_interval_seconds INT UNSIGNED,
   IN p_definition MEDIUMTEXT, IN p_next_fire_at DATETIME(6))
   MODIFIES SQL DATA SQL SECURITY DEFINER

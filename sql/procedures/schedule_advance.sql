@@ -9,7 +9,7 @@
 -- Locks: applications row, schedules row, then the schedule_fires row.
 CREATE PROCEDURE schedule_advance(
   IN p_schedule_id BIGINT UNSIGNED, IN p_expected DATETIME(6), IN p_fire_time DATETIME(6),
-  IN p_version INT UNSIGNED, IN p_task_public_id CHAR(32), IN p_next DATETIME(6))
+  IN p_version INT UNSIGNED, IN p_task_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_next DATETIME(6))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_app BIGINT UNSIGNED DEFAULT NULL;

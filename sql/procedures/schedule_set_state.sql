@@ -4,7 +4,7 @@
 -- Errors: NOT_FOUND, STATE_CONFLICT (deleted schedules stay deleted).
 -- Locks: applications row, schedules row.
 CREATE PROCEDURE schedule_set_state(IN p_namespace_id BIGINT UNSIGNED,
-                                    IN p_schedule_public_id CHAR(32), IN p_state VARCHAR(10),
+                                    IN p_schedule_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_state VARCHAR(10),
                                     IN p_next_fire_at DATETIME(6))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN

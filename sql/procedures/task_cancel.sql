@@ -7,7 +7,7 @@
 -- Errors: NOT_FOUND, STATE_CONFLICT.
 -- Locks, in order: applications row, attempts row (current attempt), tasks row, then
 --   attempt_release's / task_leave_lane's rows.
-CREATE PROCEDURE task_cancel(IN p_namespace_id BIGINT UNSIGNED, IN p_task_public_id CHAR(32),
+CREATE PROCEDURE task_cancel(IN p_namespace_id BIGINT UNSIGNED, IN p_task_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                              IN p_actor VARCHAR(200))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN

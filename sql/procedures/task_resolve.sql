@@ -4,7 +4,7 @@
 -- Result set: {task_id}.
 -- Errors: NOT_FOUND, STATE_CONFLICT (task not in NEEDS_REVIEW), INVALID_ARGUMENT (target).
 -- Locks, in order: applications row, tasks row, then task_enter_lane's key row.
-CREATE PROCEDURE task_resolve(IN p_namespace_id BIGINT UNSIGNED, IN p_task_public_id CHAR(32),
+CREATE PROCEDURE task_resolve(IN p_namespace_id BIGINT UNSIGNED, IN p_task_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                               IN p_to_state VARCHAR(20), IN p_actor VARCHAR(200),
                               IN p_note VARCHAR(1000))
   MODIFIES SQL DATA SQL SECURITY DEFINER

@@ -13,7 +13,7 @@
 -- counts toward the unfinished quotas.
 CREATE PROCEDURE task_submit(
   IN p_namespace_id BIGINT UNSIGNED, IN p_queue_id BIGINT UNSIGNED,
-  IN p_idempotency_key VARCHAR(255), IN p_fingerprint CHAR(64),
+  IN p_idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin, IN p_fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
   IN p_handler VARCHAR(200), IN p_handler_version VARCHAR(64), IN p_payload_version VARCHAR(64),
   IN p_payload MEDIUMTEXT, IN p_business_key VARCHAR(191), IN p_concurrency_key VARCHAR(191),
   IN p_priority TINYINT UNSIGNED, IN p_max_attempts INT UNSIGNED, IN p_deadline_seconds INT UNSIGNED,
@@ -22,7 +22,7 @@ CREATE PROCEDURE task_submit(
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_app BIGINT UNSIGNED DEFAULT NULL;
-  DECLARE v_existing_fp CHAR(64) DEFAULT NULL;
+  DECLARE v_existing_fp CHAR(64) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL;
   DECLARE v_existing_task BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app_max INT UNSIGNED;
   DECLARE v_app_unfinished INT UNSIGNED;

@@ -7,14 +7,14 @@
 -- order (the documented order); the credential row is new.
 CREATE PROCEDURE tenant_bootstrap(
   IN p_application VARCHAR(100), IN p_environment VARCHAR(100), IN p_namespace VARCHAR(100),
-  IN p_queue VARCHAR(100), IN p_credential_public_id CHAR(16), IN p_secret_sha256 CHAR(64),
-  IN p_scopes VARCHAR(255), IN p_label VARCHAR(200))
+  IN p_queue VARCHAR(100), IN p_credential_public_id CHAR(16) CHARACTER SET ascii COLLATE ascii_bin, IN p_secret_sha256 CHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
+  IN p_scopes VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin, IN p_label VARCHAR(200))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_env BIGINT UNSIGNED;
   DECLARE v_ns BIGINT UNSIGNED;
-  DECLARE v_queue CHAR(32);
+  DECLARE v_queue CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 

@@ -21,7 +21,7 @@
 --
 -- Recovery runs here first (expired leases of these queues, due DELAYED tasks), so an expired
 -- lease is recovered at the next claim on its queue even without the sweeper.
-CREATE PROCEDURE worker_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32),
+CREATE PROCEDURE worker_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                               IN p_max INT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN

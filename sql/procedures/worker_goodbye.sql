@@ -4,7 +4,7 @@
 -- Result set: {session_id, state, in_flight}.
 -- Errors: NOT_FOUND.
 -- Locks: worker_sessions row.
-CREATE PROCEDURE worker_goodbye(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32))
+CREATE PROCEDURE worker_goodbye(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;

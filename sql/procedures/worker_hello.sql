@@ -11,7 +11,7 @@
 CREATE PROCEDURE worker_hello(
   IN p_namespace_id BIGINT UNSIGNED, IN p_application_id BIGINT UNSIGNED,
   IN p_worker_id VARCHAR(191), IN p_capacity INT UNSIGNED, IN p_concurrency_keys TINYINT,
-  IN p_queue_ids TEXT, IN p_registration CHAR(64))
+  IN p_queue_ids TEXT, IN p_registration CHAR(64) CHARACTER SET ascii COLLATE ascii_bin)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_app BIGINT UNSIGNED;
