@@ -10,6 +10,7 @@ ships (K11).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -42,8 +43,13 @@ def migration_ids() -> list[str]:
     return sorted(p.stem for p in MIGRATIONS_DIR.glob("*.sql"))
 
 
-def routines() -> list[Routine]:
-    """The routines in ``sql/procedures``; each file must hold one routine named like the file."""
+@functools.cache
+def routines() -> tuple[Routine, ...]:
+    """The routines in ``sql/procedures``; each file must hold one routine named like the file.
+
+    Read once per process: the files do not change under a running server, and ``check`` runs
+    on every ``/readyz``.
+    """
     found = []
     for path in sorted(PROCEDURES_DIR.glob("*.sql")):
         text = path.read_text(encoding="utf-8")
@@ -51,9 +57,10 @@ def routines() -> list[Routine]:
         if len(matches) != 1 or matches[0][1] != path.stem:
             raise SchemaMismatch(f"{path} must hold exactly one routine named {path.stem}")
         found.append(Routine(path.stem, matches[0][0].upper(), text))
-    return found
+    return tuple(found)
 
 
+@functools.cache
 def routines_digest() -> str:
     """SHA-256 over every routine file (name and text), the routine-set version."""
     digest = hashlib.sha256()

@@ -120,12 +120,15 @@ class MysqlTransport:
     def _call(self, procedure: str, *args: Any):
         try:
             return self.db.call(procedure, *args)
-        except errors.OrbitError as exc:  # the same typed errors the HTTP transport raises
-            raise api_error(exc.code, exc.status, exc.message, exc.details) from exc
+        except errors.OrbitError as exc:
+            raise _sdk_error(exc) from exc
 
     def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
-        for i, q in enumerate(queue_ids):
-            _checked(validation.Hex32(), f"queue_ids[{i}]", q)
+        try:
+            for i, q in enumerate(queue_ids):
+                validation.Hex32()(f"queue_ids[{i}]", q)
+        except errors.OrbitError as exc:
+            raise _sdk_error(exc) from exc
         queues = sorted(set(queue_ids))
         session, in_flight = self._call(
             "worker_hello",
@@ -179,8 +182,6 @@ class MysqlTransport:
         self._call("worker_goodbye", self.namespace_id, session_id)
 
 
-def _checked(check, name: str, value: Any) -> Any:
-    try:
-        return check(name, value)
-    except errors.OrbitError as exc:
-        raise ApiError(exc.code, exc.status, exc.message, exc.details) from exc
+def _sdk_error(exc: errors.OrbitError) -> ApiError:
+    """The same typed error the HTTP transport raises for this code."""
+    return api_error(exc.code, exc.status, exc.message, exc.details)

@@ -180,7 +180,6 @@ class Worker:
         self.session_id: str | None = None
         self.lease_seconds = 30
         self.inflight: dict[str, TaskEvent] = {}
-        self.completed = 0
         self.drained = False
         self._stopping = threading.Event()
         self._done = threading.Event()
@@ -347,7 +346,6 @@ class Worker:
                 self.transport.result(
                     self.session_id, event.attempt_id, outcome, retryable, result, error
                 )
-                self.completed += 1
                 log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
                 return
             except LeaseLostError as exc:

@@ -41,7 +41,7 @@ class Attempts:
             None if body["error"] is None else validation.canonical_json(body["error"]),
         )
         task = s.task(row["task_id"])
-        attempt = next(a for a in s.attempts(row["task_id"]) if a["attempt_id"] == attempt_id)
+        attempt = s.attempt_by_id(attempt_id)
         ok(
             req,
             resp,
