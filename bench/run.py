@@ -62,6 +62,9 @@ class Bench:
         self.queue = self.db.query(
             "SELECT id FROM queues WHERE public_id = %s", (self.queue_public,)
         )[0]["id"]
+        # Bench fixture: a lease that outlives a 1M-row park, so the busy key's holder is still
+        # the holder when its release is timed.
+        self.db.query("UPDATE queues SET lease_seconds = 3600 WHERE id = %s", (self.queue,))
 
     def hello(self, d: Database, worker_id: str) -> str:
         """A keyed session of capacity 1 on the bench queue; returns its id."""
@@ -157,7 +160,8 @@ class Bench:
         d = Database(self.dsn, pool_size=2)
         holder = self.hello(d, "holder-" + key)
         self.submit(d, key, key)
-        d.call("worker_claim", self.ns, holder, 1)
+        [[held]] = d.call("worker_claim", self.ns, holder, 1)
+        d.call("attempt_start", self.ns, holder, held["attempt_id"])
         if parked:
             park(self.dsn, self.ns, self.app, self.queue, key, parked)
         sid = self.hello(d, "claimer-" + key)
@@ -179,6 +183,10 @@ class Bench:
             d.call(
                 "attempt_result", self.ns, sid, rows[0]["attempt_id"], "succeeded", 0, None, None
             )
+        # The busy key's release promotes the next of its parked tasks (key_promote_next).
+        started = time.perf_counter()
+        d.call("attempt_result", self.ns, holder, held["attempt_id"], "succeeded", 0, None, None)
+        release_ms = (time.perf_counter() - started) * 1000
         conn.close()
         d.close()
         return {
@@ -186,6 +194,7 @@ class Bench:
             "claim_p50_ms": pct(latencies, 50),
             "claim_p99_ms": pct(latencies, 99),
             "rows_read_per_claim": statistics.median(reads),
+            "release_of_busy_key_ms": release_ms,
         }
 
 
@@ -197,7 +206,9 @@ def handler_reads(conn) -> int:
 
 def park(dsn: str, ns: int, app: int, queue: int, key: str, count: int) -> None:
     """Bench fixture: insert `count` tasks parked behind `key` in bulk (the state task_submit
-    leaves them in), because submitting a million through the procedure would dominate the run."""
+    leaves them in), because submitting a million through the procedure would dominate the run.
+    Priority 9 (the last): once the key is released, a promoted one never displaces the tasks
+    whose claims the next sizes time."""
     conn = db.connect(dsn)
     with conn.cursor() as cur:
         cur.execute("CREATE TEMPORARY TABLE digits (d INT) ENGINE=MEMORY")
@@ -218,7 +229,7 @@ def park(dsn: str, ns: int, app: int, queue: int, key: str, count: int) -> None:
                 "idempotency_key, handler, handler_version, payload_version, payload, "
                 "concurrency_key, priority, state, lane, max_attempts, available_at, created_at, "
                 "updated_at) SELECT LOWER(REPLACE(UUID(), '-', '')), %s, %s, %s, "
-                "CONCAT(%s, '-p-', %s + n), 'noop', 'v1', 'v1', '{}', %s, 5, 'WAITING', "
+                "CONCAT(%s, '-p-', %s + n), 'noop', 'v1', 'v1', '{}', %s, 9, 'WAITING', "
                 "'BLOCKED', 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) "
                 "FROM seq WHERE n < %s",
                 (ns, app, queue, key, done, key, batch),
@@ -281,9 +292,11 @@ def e2e(
     workers: int,
     capacity: int,
     drain: bool = False,
+    batch: int = 50,
 ) -> dict:
     """Producers and SDK worker processes together; with ``drain`` the tasks are all submitted
-    first and the clock starts when the workers do (the peer's way of measuring)."""
+    first and the clock starts when the workers do (the peer's way of measuring). Producers
+    send ``batch`` tasks per request (POST /v1/tasks/batch; 1 = POST /v1/tasks each)."""
     client = Client(url, bench.token)
     queue = client.create_queue(f"e2e-{name}-{secrets.token_hex(3)}", lease_seconds=30).queue_id
     client.close()
@@ -309,9 +322,8 @@ def e2e(
 
     def produce(i: int) -> None:
         c = Client(url, bench.token)
-        for n in range(i, tasks, producers):
-            key = f"{name}-{n % keys}" if keys else None
-            c.submit_task(
+        mine = [
+            (
                 f"{name}-{queue}-{n}",
                 SubmitTaskRequest(
                     queue_id=queue,
@@ -319,9 +331,18 @@ def e2e(
                     handler_version="v1",
                     payload_version="v1",
                     payload={"n": n},
-                    concurrency_key=key,
+                    concurrency_key=f"{name}-{n % keys}" if keys else None,
                 ),
             )
+            for n in range(i, tasks, producers)
+        ]
+        for at in range(0, len(mine), batch):
+            if batch == 1:
+                c.submit_task(*mine[at])
+                continue
+            refused = [r for r in c.submit_tasks(mine[at : at + batch]) if isinstance(r, Exception)]
+            if refused:
+                raise RuntimeError(f"submissions refused: {refused[:3]}")
         c.close()
 
     run_threads(produce, producers)
@@ -353,6 +374,7 @@ def e2e(
         rss += [int(line.split("=")[1]) for line in out.splitlines() if line.startswith("rss_kib=")]
     return {
         "scenario": name,
+        "submit_batch": batch,
         "tasks": tasks,
         "keys": keys,
         "completed": done["n"],
@@ -445,7 +467,8 @@ def main() -> int:
                 print(
                     f"blocked: {b['parked']:>8} parked  claim p50 {b['claim_p50_ms']:.2f} ms  "
                     f"p99 {b['claim_p99_ms']:.2f} ms ({b['claim_p99_ms'] / base:.2f}x of 0)  "
-                    f"rows read {b['rows_read_per_claim']:.0f}",
+                    f"rows read {b['rows_read_per_claim']:.0f}  "
+                    f"release of the busy key {b['release_of_busy_key_ms']:.1f} ms",
                     flush=True,
                 )
         if parts & {"e2e", "peer"}:
@@ -455,10 +478,25 @@ def main() -> int:
                     results["peer"] = peer(bench, url, 6000 if args.large else 2000)
                 if "e2e" in parts:
                     n = 6000 if args.large else 2000
-                    runs = [("unkeyed", n, 0), ("keys1000", n, 1000), ("hot10", n // 4, 10)]
+                    runs = [
+                        ("unkeyed", n, 0, 50),
+                        ("keys1000", n, 1000, 50),
+                        ("hot10", n // 4, 10, 50),
+                        ("unbatched", n // 2, 0, 1),  # POST /v1/tasks per task, for comparison
+                    ]
                     results["e2e"] = [
-                        e2e(bench, url, name, count, keys, producers=8, workers=2, capacity=16)
-                        for name, count, keys in runs
+                        e2e(
+                            bench,
+                            url,
+                            name,
+                            count,
+                            keys,
+                            producers=8,
+                            workers=2,
+                            capacity=16,
+                            batch=batch,
+                        )
+                        for name, count, keys, batch in runs
                     ]
                     children = subprocess.run(
                         ["pgrep", "-P", str(proc_server.pid)], capture_output=True, text=True

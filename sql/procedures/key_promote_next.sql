@@ -4,22 +4,30 @@
 -- Picks the best BLOCKED task of the key (priority, id) whose queue is ACTIVE and whose
 -- available_at has passed; tasks still backing off stay parked and are promoted by the due
 -- sweep (procrastinate #1599: a backing-off task must not wait for another release).
--- Index: ix_tasks_key_lane (namespace_id, concurrency_key, lane, priority, id).
+-- Index: ix_tasks_key_lane (namespace_id, concurrency_key, lane, priority, id), read in order
+-- from the key's first parked row. The key is read into variables first: joined to the
+-- resource row (or with the queue check as an IN subquery, which becomes a semi-join), MariaDB
+-- sorted every parked row of the key: 210 ms per release with 100k parked. A dependent scalar
+-- subquery keeps the index order, so the first due row of an ACTIVE queue ends the read.
 CREATE PROCEDURE key_promote_next(IN p_resource_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_task BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_ns BIGINT UNSIGNED;
+  DECLARE v_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+  DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+  SELECT namespace_id, concurrency_key INTO v_ns, v_key
+    FROM concurrency_resources WHERE id = p_resource_id;
   SELECT t.id INTO v_task
-    FROM concurrency_resources r
-    JOIN tasks t ON t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
-                AND t.lane = 'BLOCKED'
-    JOIN queues q ON q.id = t.queue_id AND q.state = 'ACTIVE'
-   WHERE r.id = p_resource_id AND t.available_at <= UTC_TIMESTAMP(6)
+    FROM tasks t FORCE INDEX (ix_tasks_key_lane)
+   WHERE t.namespace_id = v_ns AND t.concurrency_key = v_key AND t.lane = 'BLOCKED'
+     AND t.available_at <= v_now
+     AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
    ORDER BY t.priority, t.id
    LIMIT 1
    FOR UPDATE;
   IF v_task IS NOT NULL THEN
-    UPDATE tasks SET lane = 'READY', updated_at = UTC_TIMESTAMP(6) WHERE id = v_task;
+    UPDATE tasks SET lane = 'READY', updated_at = v_now WHERE id = v_task;
     UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = p_resource_id;
   END IF;
 END

@@ -6,7 +6,8 @@
 --   resume: each free key without a candidate that has parked tasks here gets one again.
 -- Result set: {queue_id, state}.
 -- Errors: NOT_FOUND.
--- Locks, in order: applications row, queues row, then per key: tasks rows, the key row.
+-- Locks, in order: applications row, queues row, then per key: tasks rows, the key row
+--   (pause), or the key row, then its promoted task row (resume).
 CREATE PROCEDURE queue_set_state(IN p_namespace_id BIGINT UNSIGNED, IN p_queue_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                  IN p_state VARCHAR(10))
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -45,15 +46,20 @@ BEGIN
         SET v_item = v_next;
       END LOOP;
     ELSE
+      -- One pass over the namespace's keys (by id), probing each for a task parked here
+      -- (ix_tasks_key_lane): the work grows with the keys, not with the parked backlog.
       resume_loop: LOOP
         SET v_next = NULL, v_resource = NULL;
-        SELECT id INTO v_next FROM tasks
-         WHERE queue_id = v_queue AND lane = 'BLOCKED' AND id > v_item
-         ORDER BY id LIMIT 1;
+        SELECT r.id INTO v_next FROM concurrency_resources r
+         WHERE r.namespace_id = p_namespace_id AND r.id > v_item
+           AND r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL
+           AND (SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
+                 WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
+                   AND t.lane = 'BLOCKED' AND t.queue_id = v_queue LIMIT 1) IS NOT NULL
+         ORDER BY r.id LIMIT 1;
         IF v_next IS NULL THEN LEAVE resume_loop; END IF;
-        SELECT r.id INTO v_resource FROM tasks t JOIN concurrency_resources r
-            ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
-         WHERE t.id = v_next AND r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL
+        SELECT id INTO v_resource FROM concurrency_resources
+         WHERE id = v_next AND holder_attempt_id IS NULL AND candidate_task_id IS NULL
            FOR UPDATE;
         IF v_resource IS NOT NULL THEN
           CALL key_promote_next(v_resource);
