@@ -18,12 +18,14 @@ from .models import (
     ApiError,
     Attempt,
     Queue,
+    SubmitReceipt,
     SubmitResult,
     SubmitTaskRequest,
     Task,
     TaskPage,
     UnavailableError,
     api_error,
+    batch_results,
 )
 
 
@@ -134,6 +136,22 @@ class Client:
             safe=True,
         )
         return SubmitResult(Task.from_json(data), created=status == 201)
+
+    def submit_tasks(
+        self, items: list[tuple[str, SubmitTaskRequest]]
+    ) -> list[SubmitReceipt | ApiError]:
+        """Submit up to 100 tasks in one request, each with its own Idempotency-Key; returns,
+        in order, a receipt or the typed error that item got (the others are unaffected)."""
+        _, data = self.request(
+            "POST",
+            "/v1/tasks/batch",
+            {"tasks": [{"idempotency_key": key, **req.to_json()} for key, req in items]},
+            safe=True,
+        )
+        return [
+            r if isinstance(r, ApiError) else SubmitReceipt(r["task_id"], r["created"])
+            for r in batch_results(data)
+        ]
 
     def get_task(self, task_id: str) -> Task:
         return Task.from_json(self.request("GET", f"/v1/tasks/{task_id}", safe=True)[1])

@@ -161,6 +161,29 @@ class SubmitResult:
 
 
 @dataclass(frozen=True)
+class SubmitReceipt:
+    """One accepted item of a batch submission (``created`` False: an idempotent replay)."""
+
+    task_id: str
+    created: bool
+
+
+def batch_results(data: dict[str, Any]) -> list[Any]:
+    """The items of a batch answer: each its ``data`` or the typed ApiError it got."""
+    return [
+        api_error(
+            item["error"]["code"],
+            item["status"],
+            item["error"]["message"],
+            item["error"].get("details"),
+        )
+        if "error" in item
+        else item["data"]
+        for item in data["results"]
+    ]
+
+
+@dataclass(frozen=True)
 class Attempt:
     attempt_id: str
     task_id: str

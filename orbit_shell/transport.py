@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from . import errors, longpoll, serialize, validation
 from .client import Client
 from .db import Database
-from .models import ApiError, api_error
+from .models import ApiError, api_error, batch_results
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,10 @@ class Transport(Protocol):
         error: Any,
     ) -> dict[str, Any]: ...
     def goodbye(self, session_id: str) -> None: ...
+
+    # Batches: one item per attempt, in order, each its data or the typed ApiError it got.
+    def start_many(self, session_id: str, attempt_ids: list[str]) -> list[Any]: ...
+    def result_many(self, session_id: str, results: list[dict[str, Any]]) -> list[Any]: ...
 
 
 class HttpTransport:
@@ -98,6 +102,23 @@ class HttpTransport:
 
     def goodbye(self, session_id):
         self.client.request("POST", f"/v1/workers/{session_id}/goodbye", {})
+
+    def start_many(self, session_id, attempt_ids):
+        return batch_results(
+            self.client.request(
+                "POST", "/v1/attempts/start", {"session_id": session_id, "attempt_ids": attempt_ids}
+            )[1]
+        )
+
+    def result_many(self, session_id, results):
+        return batch_results(
+            self.client.request(
+                "POST",
+                "/v1/attempts/result",
+                {"session_id": session_id, "results": results},
+                safe=True,
+            )[1]
+        )
 
 
 class MysqlTransport:
@@ -180,6 +201,30 @@ class MysqlTransport:
 
     def goodbye(self, session_id):
         self._call("worker_goodbye", self.namespace_id, session_id)
+
+    def start_many(self, session_id, attempt_ids):
+        return _each(attempt_ids, lambda a: self.start(session_id, a))
+
+    def result_many(self, session_id, results):
+        return _each(
+            results,
+            lambda r: self.result(
+                session_id, r["attempt_id"], r["outcome"], r["retryable"], r["result"], r["error"]
+            ),
+        )
+
+
+def _each(items, fn) -> list[Any]:
+    """Like the HTTP batch routes: an item's client error is its result; a server error ends it."""
+    out: list[Any] = []
+    for item in items:
+        try:
+            out.append(fn(item))
+        except ApiError as exc:
+            if exc.status >= 500:
+                raise
+            out.append(exc)
+    return out
 
 
 def _sdk_error(exc: errors.OrbitError) -> ApiError:

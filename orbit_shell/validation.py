@@ -179,6 +179,27 @@ class ListOf(Check):
         }
 
 
+@dataclass
+class Object(Check):
+    """A nested JSON object of a known shape (items of a batch)."""
+
+    shape: Shape
+
+    def __call__(self, name: str, value: Any) -> dict[str, Any]:
+        try:
+            return self.shape.parse(value)
+        except InvalidArgument as exc:
+            raise InvalidArgument(
+                f"{name}: {exc.message}",
+                [{**d, "field": f"{name}.{d['field']}"} if "field" in d else d for d in exc.details]
+                or [{"field": name, "message": exc.message}],
+            ) from None
+
+    @property
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.shape.schema
+
+
 class ConcurrencyKey(Check):
     schema = {
         "type": "string",
@@ -303,16 +324,70 @@ ATTEMPT_RESULT = Shape(
     }
 )
 
-IDEMPOTENCY_KEY = Text(1, 255, printable_ascii=True)
+
+class IdempotencyKey(Check):
+    """1-255 printable ASCII; the prefix ``schedule:`` is reserved for schedule fires."""
+
+    schema = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"}
+
+    def __call__(self, name: str, value: Any) -> str:
+        if isinstance(value, str) and value.startswith("schedule:"):
+            raise field_error(name, "the prefix schedule: is reserved for schedule fires")
+        return Text(1, 255, printable_ascii=True)(name, value)
 
 
 def idempotency_key(header: str | None) -> str:
     """Validate the ``Idempotency-Key`` header (required; 1-255 printable ASCII)."""
     if header is None:
         raise field_error("Idempotency-Key", "header is required")
-    if header.startswith("schedule:"):
-        raise field_error("Idempotency-Key", "the prefix schedule: is reserved for schedule fires")
-    return IDEMPOTENCY_KEY("Idempotency-Key", header)
+    return IdempotencyKey()("Idempotency-Key", header)
+
+
+# Batch routes: at most BATCH_MAX items, each with the semantics, idempotency and errors of the
+# single route. A malformed item rejects the whole request (400, nothing done).
+BATCH_MAX = 100
+TASK_BATCH = Shape(
+    {
+        "tasks": Field(
+            ListOf(
+                Object(
+                    Shape(
+                        {"idempotency_key": Field(IdempotencyKey(), required=True), **TASK_FIELDS}
+                    )
+                ),
+                1,
+                BATCH_MAX,
+            ),
+            required=True,
+        )
+    }
+)
+ATTEMPT_START_BATCH = Shape(
+    {
+        "session_id": Field(Hex32(), required=True),
+        "attempt_ids": Field(ListOf(Hex32(), 1, BATCH_MAX), required=True),
+    }
+)
+ATTEMPT_RESULT_BATCH = Shape(
+    {
+        "session_id": Field(Hex32(), required=True),
+        "results": Field(
+            ListOf(
+                Object(
+                    Shape(
+                        {
+                            "attempt_id": Field(Hex32(), required=True),
+                            **{k: f for k, f in ATTEMPT_RESULT.fields.items() if k != "session_id"},
+                        }
+                    )
+                ),
+                1,
+                BATCH_MAX,
+            ),
+            required=True,
+        ),
+    }
+)
 
 
 def canonical_json(value: Any) -> str:

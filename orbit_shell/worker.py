@@ -1,7 +1,9 @@
 """The polling worker SDK (W4, W5).
 
 A :class:`Worker` says hello once, claims with a bounded long poll, confirms **start** before a
-handler runs, renews leases in the background, reports results and drains on shutdown::
+handler runs, renews leases in the background, reports results and drains on shutdown. What
+one claim returned is started in one request, and outcomes are reported in batches (whatever
+finished while the previous report was in flight), each attempt keeping its own answer::
 
     worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
 
@@ -22,6 +24,7 @@ import collections
 import json
 import logging
 import os
+import queue
 import secrets
 import signal
 import socket
@@ -184,6 +187,7 @@ class Worker:
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._slots = threading.Condition()
+        self._reports: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     # Registration ---------------------------------------------------------------------------
@@ -223,6 +227,8 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
         pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="orbit-handler")
+        reporter = threading.Thread(target=self._report_loop, name="orbit-report", daemon=True)
+        reporter.start()
         try:
             if self._hello(pool):
                 renewer = threading.Thread(target=self._renew_loop, daemon=True)
@@ -230,6 +236,7 @@ class Worker:
                 self._claim_loop(pool)
             self._finish(pool)
         finally:
+            self._reports.put(None)
             self._done.set()
 
     # Internals ------------------------------------------------------------------------------
@@ -277,11 +284,13 @@ class Worker:
             self._dispatch(assignments, pool)
 
     def _dispatch(self, wires: list[dict[str, Any]], pool: ThreadPoolExecutor) -> None:
+        """Check the assignments (W5), start them in one batch, run the ones that started."""
+        events = []
         for wire in wires:
             if wire["attempt_id"] in self.inflight:
                 continue
             try:
-                event = self.guard.check(wire)
+                events.append(self.guard.check(wire))
             except ProtocolError as exc:
                 # Never run it: its lease will expire and the server recovers the attempt.
                 log.error(
@@ -289,29 +298,40 @@ class Worker:
                     exc,
                     extra={"action": "worker.protocol", "attempt_id": wire.get("attempt_id")},
                 )
-                continue
-            with self._slots:
+        if not events:
+            return
+        with self._slots:
+            for event in events:
                 self.inflight[event.attempt_id] = event
-            pool.submit(self._execute, event)
+        try:
+            started = self.transport.start_many(self.session_id, [e.attempt_id for e in events])
+        except ApiError as exc:
+            # Not started, so nothing ran: each lease expires and the server recovers it.
+            log.warning("start failed: %s", exc, extra={"action": "worker.start"})
+            started = [exc] * len(events)
+        for event, outcome in zip(events, started, strict=True):
+            if isinstance(outcome, ApiError):
+                log.warning(
+                    "start refused: %s",
+                    outcome,
+                    extra={"action": "worker.start", "attempt_id": event.attempt_id},
+                )
+                self._release_slot(event)
+            else:
+                pool.submit(self._execute, event)
 
     def _execute(self, event: TaskEvent) -> None:
-        ids = {
-            "attempt_id": event.attempt_id,
-            "task_id": event.task.task_id,
-            "concurrency_token": event.concurrency_token,
-        }
         try:
-            try:
-                self.transport.start(self.session_id, event.attempt_id)
-            except ApiError as exc:
-                log.warning("start refused: %s", exc, extra={"action": "worker.start", **ids})
-                return
             outcome, retryable, result, error = self._call_handler(event)
-            self._report(event, outcome, retryable, result, error, ids)
-        finally:
-            with self._slots:
-                self.inflight.pop(event.attempt_id, None)
-                self._slots.notify_all()
+        except BaseException:
+            self._release_slot(event)
+            raise
+        self._reports.put((event, outcome, retryable, result, error))
+
+    def _release_slot(self, event: TaskEvent) -> None:
+        with self._slots:
+            self.inflight.pop(event.attempt_id, None)
+            self._slots.notify_all()
 
     def _call_handler(self, event: TaskEvent) -> tuple[str, bool, Any, Any]:
         fn = self.handlers.get((event.task.handler, event.task.handler_version))
@@ -339,27 +359,64 @@ class Worker:
             )
             return "failed", False, None, {"type": type(exc).__name__, "message": str(exc)}
 
-    def _report(self, event, outcome, retryable, result, error, ids) -> None:
+    def _report_loop(self) -> None:
+        """Send the handlers' outcomes, everything waiting at once (up to 100), in order."""
+        while True:
+            first = self._reports.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < 100:
+                try:
+                    item = self._reports.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._reports.put(None)  # finish this batch, then stop
+                    break
+                batch.append(item)
+            self._report(batch)
+
+    def _report(self, batch: list[tuple]) -> None:
+        payload = [
+            {
+                "attempt_id": event.attempt_id,
+                "outcome": outcome,
+                "retryable": retryable,
+                "result": result,
+                "error": error,
+            }
+            for event, outcome, retryable, result, error in batch
+        ]
+        answers: list[Any] = [None] * len(batch)
         backoff = 0.1
-        for _ in range(8):  # an identical result is idempotent, so retrying is safe
+        for _ in range(8):  # an identical result is idempotent, so resending the batch is safe
             try:
-                self.transport.result(
-                    self.session_id, event.attempt_id, outcome, retryable, result, error
-                )
-                log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
-                return
-            except LeaseLostError as exc:
-                log.warning("result refused: %s", exc, extra={"action": "worker.result", **ids})
-                return
+                answers = self.transport.result_many(self.session_id, payload)
+                break
             except UnavailableError as exc:
-                log.warning(
-                    "result failed, retrying: %s", exc, extra={"action": "worker.result", **ids}
-                )
+                log.warning("results failed, retrying: %s", exc, extra={"action": "worker.result"})
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
             except ApiError as exc:
-                log.error("result refused: %s", exc, extra={"action": "worker.result", **ids})
-                return
+                log.error("results refused: %s", exc, extra={"action": "worker.result"})
+                answers = [exc] * len(batch)
+                break
+        for (event, outcome, *_), answer in zip(batch, answers, strict=True):
+            ids = {
+                "attempt_id": event.attempt_id,
+                "task_id": event.task.task_id,
+                "concurrency_token": event.concurrency_token,
+            }
+            if answer is None:
+                log.error("result not delivered", extra={"action": "worker.result", **ids})
+            elif isinstance(answer, LeaseLostError):
+                log.warning("result refused: %s", answer, extra={"action": "worker.result", **ids})
+            elif isinstance(answer, ApiError):
+                log.error("result refused: %s", answer, extra={"action": "worker.result", **ids})
+            else:
+                log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
+            self._release_slot(event)
 
     def _renew_loop(self) -> None:
         interval = max(0.2, self.lease_seconds / 3)

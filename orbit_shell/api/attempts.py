@@ -1,11 +1,14 @@
-"""Attempt calls of a worker: start, renew, result (W3, W7); each one procedure call."""
+"""Attempt calls of a worker: start, renew, result (W3, W7); each one procedure call.
+
+The batch routes (start or report many attempts of one session) make one call per attempt,
+so each keeps its own transaction, idempotency and error."""
 
 from __future__ import annotations
 
 import falcon
 
 from .. import serialize, validation
-from .common import ok, read_json, scope
+from .common import each, ok, read_json, scope
 
 
 class Attempts:
@@ -30,16 +33,7 @@ class Attempts:
 
     def on_post_result(self, req: falcon.Request, resp: falcon.Response, attempt_id: str) -> None:
         s, body = self._prepare(req, attempt_id, validation.ATTEMPT_RESULT)
-        [[row]] = s.db.call(
-            "attempt_result",
-            s.namespace_id,
-            body["session_id"],
-            attempt_id,
-            body["outcome"],
-            int(body["retryable"]),
-            None if body["result"] is None else validation.canonical_json(body["result"]),
-            None if body["error"] is None else validation.canonical_json(body["error"]),
-        )
+        row = report(s, body["session_id"], attempt_id, body)
         task = s.task(row["task_id"])
         attempt = s.attempt_by_id(attempt_id)
         ok(
@@ -51,3 +45,44 @@ class Attempts:
                 "duplicate": bool(row["duplicate"]),
             },
         )
+
+    def on_post_start_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = scope(req, "workers:consume")
+        body = read_json(req, validation.ATTEMPT_START_BATCH, self.max_body)
+
+        def one(attempt_id: str) -> tuple[int, dict]:
+            s.check_attempt_queue(attempt_id)
+            [[row]] = s.db.call("attempt_start", s.namespace_id, body["session_id"], attempt_id)
+            return 200, serialize.attempt(row)
+
+        ok(req, resp, {"results": each(body["attempt_ids"], one)})
+
+    def on_post_result_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = scope(req, "workers:consume")
+        body = read_json(req, validation.ATTEMPT_RESULT_BATCH, self.max_body)
+
+        def one(item: dict) -> tuple[int, dict]:
+            s.check_attempt_queue(item["attempt_id"])
+            row = report(s, body["session_id"], item["attempt_id"], item)
+            return 200, {
+                "attempt_id": row["attempt_id"],
+                "task_id": row["task_id"],
+                "duplicate": bool(row["duplicate"]),
+            }
+
+        ok(req, resp, {"results": each(body["results"], one)})
+
+
+def report(s, session_id: str, attempt_id: str, body: dict) -> dict:
+    """One attempt_result call for a validated outcome."""
+    [[row]] = s.db.call(
+        "attempt_result",
+        s.namespace_id,
+        session_id,
+        attempt_id,
+        body["outcome"],
+        int(body["retryable"]),
+        None if body["result"] is None else validation.canonical_json(body["result"]),
+        None if body["error"] is None else validation.canonical_json(body["error"]),
+    )
+    return row

@@ -20,17 +20,19 @@ class SubmitGuard:
         self._buckets: dict[int, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def take(self, credential_id: int) -> None:
-        """Spend one submission; raise QUOTA_EXCEEDED (retry_after set) when none is left."""
+    def take(self, credential_id: int, count: int = 1) -> None:
+        """Spend ``count`` submissions (a batch larger than the burst spends the whole burst);
+        raise QUOTA_EXCEEDED (retry_after set) when they are not there."""
         if self.rate <= 0:
             return
+        need = float(min(count, self.burst))
         now = self.clock()
         with self._lock:
             tokens, last = self._buckets.get(credential_id, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - last) * self.rate)
-            if tokens < 1.0:
+            if tokens < need:
                 self._buckets[credential_id] = (tokens, now)
                 error = errors.QuotaExceeded("submission rate limit of this credential reached")
-                error.retry_after = math.ceil((1.0 - tokens) / self.rate)
+                error.retry_after = math.ceil((need - tokens) / self.rate)
                 raise error
-            self._buckets[credential_id] = (tokens - 1.0, now)
+            self._buckets[credential_id] = (tokens - need, now)

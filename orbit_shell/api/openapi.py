@@ -89,19 +89,45 @@ def build() -> dict[str, Any]:
                     "required": ["data", "request_id"],
                     "properties": {"data": {}, "request_id": {"type": "string"}},
                 },
+                "BatchEnvelope": {
+                    "type": "object",
+                    "required": ["data", "request_id"],
+                    "properties": {
+                        "data": {
+                            "type": "object",
+                            "required": ["results"],
+                            "properties": {
+                                "results": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["status"],
+                                        "properties": {
+                                            "status": {"type": "integer"},
+                                            "data": {},
+                                            "error": {"$ref": "#/components/schemas/ErrorBody"},
+                                        },
+                                    },
+                                }
+                            },
+                        },
+                        "request_id": {"type": "string"},
+                    },
+                },
+                "ErrorBody": {
+                    "type": "object",
+                    "required": ["code", "message", "details"],
+                    "properties": {
+                        "code": {"type": "string", "enum": ERROR_CODES},
+                        "message": {"type": "string"},
+                        "details": {"type": "array"},
+                    },
+                },
                 "Error": {
                     "type": "object",
                     "required": ["error", "request_id"],
                     "properties": {
-                        "error": {
-                            "type": "object",
-                            "required": ["code", "message", "details"],
-                            "properties": {
-                                "code": {"type": "string", "enum": ERROR_CODES},
-                                "message": {"type": "string"},
-                                "details": {"type": "array"},
-                            },
-                        },
+                        "error": {"$ref": "#/components/schemas/ErrorBody"},
                         "request_id": {"type": "string"},
                     },
                 },
@@ -125,7 +151,9 @@ def _responses(op) -> dict[str, Any]:
     else:
         ok = {
             "description": "OK",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Envelope"}}},
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{op.response}"}}
+            },
         }
     responses = {str(op.status): ok, "default": error}
     if op.status == 201:

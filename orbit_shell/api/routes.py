@@ -66,6 +66,19 @@ ROUTES: list[Route] = [
             "get": Op("List tasks (filters, cursor pagination)", "tasks:read"),
         },
     ),
+    Route(
+        "/v1/tasks/batch",
+        "tasks",
+        "batch",
+        {
+            "post": Op(
+                "Submit up to 100 tasks, each with its own idempotency_key and result",
+                "tasks:submit",
+                v.TASK_BATCH,
+                response="BatchEnvelope",
+            )
+        },
+    ),
     Route("/v1/tasks/{task_id}", "tasks", "item", {"get": Op("Read a task", "tasks:read")}),
     Route(
         "/v1/tasks/{task_id}/attempts",
@@ -151,6 +164,32 @@ ROUTES: list[Route] = [
         "workers",
         "goodbye",
         {"post": Op("Close a worker session", "workers:connect", v.EMPTY)},
+    ),
+    Route(
+        "/v1/attempts/start",
+        "attempts",
+        "start_batch",
+        {
+            "post": Op(
+                "Start up to 100 attempts of one session, each as its own start",
+                "workers:consume",
+                v.ATTEMPT_START_BATCH,
+                response="BatchEnvelope",
+            )
+        },
+    ),
+    Route(
+        "/v1/attempts/result",
+        "attempts",
+        "result_batch",
+        {
+            "post": Op(
+                "Report up to 100 outcomes of one session, each as its own result",
+                "workers:consume",
+                v.ATTEMPT_RESULT_BATCH,
+                response="BatchEnvelope",
+            )
+        },
     ),
     Route(
         "/v1/attempts/{attempt_id}/start",

@@ -6,7 +6,7 @@ import falcon
 
 from .. import errors, serialize, validation
 from ..scoped import MAX_PAGE, decode_cursor, encode_cursor
-from .common import ok, read_json, scope
+from .common import each, ok, read_json, scope
 from .guard import SubmitGuard
 
 STATES = (
@@ -31,29 +31,29 @@ class Tasks:
         self.guard.take(s.principal.credential_id)
         idem = validation.idempotency_key(req.get_header("Idempotency-Key"))
         body = read_json(req, validation.TASK_SUBMIT, self.max_body)
-        queue = s.queue(body["queue_id"])
-        [[row]] = s.db.call(
-            "task_submit",
-            s.namespace_id,
-            queue["id"],
-            idem,
-            validation.fingerprint(body),
-            body["handler"],
-            body["handler_version"],
-            body["payload_version"],
-            validation.stored_json(body["payload"]),
-            body["business_key"],
-            body["concurrency_key"],
-            body["priority"],
-            body["max_attempts"],
-            body["deadline_seconds"],
-            s.principal.actor,
-            None,
-            None,
-            None,
-        )
+        row = submit(s, s.queue(body["queue_id"]), idem, body)
         status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
         ok(req, resp, serialize.task_detail(s.task(row["task_id"])), status)
+
+    def on_post_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
+        """Submit up to 100 tasks, each as POST /v1/tasks would (own Idempotency-Key, own
+        transaction, own error); answers receipts instead of full task details."""
+        s = scope(req, "tasks:submit")
+        body = read_json(req, validation.TASK_BATCH, self.max_body)
+        self.guard.take(s.principal.credential_id, len(body["tasks"]))
+        queues: dict[str, dict] = {}
+
+        def one(item: dict) -> tuple[int, dict]:
+            idem = item.pop("idempotency_key")
+            if item["queue_id"] not in queues:
+                queues[item["queue_id"]] = s.queue(item["queue_id"])
+            row = submit(s, queues[item["queue_id"]], idem, item)
+            return (201 if row["created"] else 200), {
+                "task_id": row["task_id"],
+                "created": bool(row["created"]),
+            }
+
+        ok(req, resp, {"results": each(body["tasks"], one)})
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "tasks:read")
@@ -147,3 +147,29 @@ class Tasks:
             "task_resolve", s.namespace_id, task_id, body["state"], s.principal.actor, body["note"]
         )
         ok(req, resp, serialize.task_detail(s.task(task_id)))
+
+
+def submit(s, queue: dict, idem: str, body: dict) -> dict:
+    """One task_submit call for a validated body (without its Idempotency-Key); the
+    fingerprint is the same whichever route the task came by."""
+    [[row]] = s.db.call(
+        "task_submit",
+        s.namespace_id,
+        queue["id"],
+        idem,
+        validation.fingerprint(body),
+        body["handler"],
+        body["handler_version"],
+        body["payload_version"],
+        validation.stored_json(body["payload"]),
+        body["business_key"],
+        body["concurrency_key"],
+        body["priority"],
+        body["max_attempts"],
+        body["deadline_seconds"],
+        s.principal.actor,
+        None,
+        None,
+        None,
+    )
+    return row

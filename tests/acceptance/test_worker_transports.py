@@ -16,7 +16,7 @@ import pytest
 from orbit_shell import db
 from orbit_shell.cli.admin import worker_account
 from orbit_shell.client import Client
-from orbit_shell.models import SubmitTaskRequest
+from orbit_shell.models import IdempotencyConflictError, NotFoundError, SubmitTaskRequest
 from orbit_shell.transport import MysqlTransport
 from orbit_shell.worker import Retry, UnknownOutcome, Worker
 
@@ -154,6 +154,51 @@ def test_one_key_never_runs_twice_at_once_and_tokens_grow(make_worker, api):
     assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
     assert overlaps == []
     assert tokens == sorted(tokens) and len(set(tokens)) == 10
+
+
+def test_batched_submissions_and_batched_worker_calls(make_worker, api):
+    """Batch submit through the SDK client; the worker starts and reports in batches; each item
+    keeps its own answer, over both transports."""
+    q = api.create_queue("batched").queue_id
+    request = lambda n, key=None: SubmitTaskRequest(  # noqa: E731 - a tiny local factory
+        queue_id=q,
+        handler="job",
+        handler_version="v1",
+        payload_version="v1",
+        payload={"n": n},
+        concurrency_key=key,
+    )
+    prefix = secrets.token_hex(4)
+    items = [(f"{prefix}-{n}", request(n, f"batched/{n % 3}")) for n in range(30)]
+    receipts = api.submit_tasks(items)
+    assert all(r.created for r in receipts)
+    again = api.submit_tasks([items[0], (items[1][0], request(99))])
+    assert again[0].task_id == receipts[0].task_id and again[0].created is False
+    assert isinstance(again[1], IdempotencyConflictError)
+
+    worker = make_worker([q], capacity=8)
+    worker.register("job", "v1", lambda event: {"n": event.payload["n"]})
+    worker.start()
+    ids = [r.task_id for r in receipts]
+    assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+    assert api.get_task(ids[7]).raw["result"] == {"n": 7}
+
+    # The transport's batch calls answer per attempt, in order, over HTTP and MySQL alike.
+    assert worker.drain(timeout=10)  # so the next task can only go to the session below
+    transport = worker.transport
+    hello = transport.hello("batch-" + secrets.token_hex(3), [q], 4, True)
+    [done] = api.submit_tasks([(f"{prefix}-last", request(100))])
+    [assignment] = transport.claim(hello.session_id, 1, 2000)
+    attempt = assignment["attempt_id"]
+    started = transport.start_many(hello.session_id, [attempt, "e" * 32])
+    assert started[0]["state"] == "RUNNING" and isinstance(started[1], NotFoundError)
+    result = {"attempt_id": attempt, "outcome": "succeeded", "retryable": False}
+    reported = transport.result_many(
+        hello.session_id, [{**result, "result": None, "error": None}] * 2
+    )
+    assert [r["duplicate"] for r in reported] == [False, True]
+    assert api.get_task(done.task_id).state == "SUCCEEDED"
+    transport.goodbye(hello.session_id)
 
 
 def test_unkeyed_sessions_never_receive_keyed_tasks(make_worker, api):

@@ -1,0 +1,189 @@
+"""Batch routes (issue 7): submit, start and report many in one request. Each item keeps the
+single route's semantics, idempotency and error; a malformed request changes nothing.
+Real MariaDB through the Falcon app."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from orbit_shell.api.guard import SubmitGuard
+from tests.helpers import Session, submit, task_body
+
+
+def batch_submit(client, tenant, items, expect=200):
+    result = client.simulate_post("/v1/tasks/batch", headers=tenant.headers, json={"tasks": items})
+    assert result.status_code == expect, result.text
+    return result
+
+
+def item(tenant, key=None, **fields):
+    return {"idempotency_key": key or secrets.token_hex(8), **task_body(tenant.queue_id, **fields)}
+
+
+def count_tasks(database, tenant) -> int:
+    [row] = database.query(
+        "SELECT COUNT(*) AS n FROM tasks WHERE namespace_id = %s", (tenant.namespace_id,)
+    )
+    return row["n"]
+
+
+def test_each_item_gets_the_single_routes_status_and_error(
+    client, database, tenant, tenant_factory
+):
+    single = submit(client, tenant, "seen-before", 201).json["data"]
+    other = tenant_factory()
+    results = batch_submit(
+        client,
+        tenant,
+        [
+            item(tenant, "new-1"),
+            item(tenant, "seen-before"),  # same content as the single submission: a replay
+            item(tenant, "seen-before", payload={"n": 2}),  # other content: a conflict
+            {**item(tenant, "elsewhere"), "queue_id": other.queue_id},  # outside the namespace
+            item(tenant, "new-1"),  # repeated inside the batch: a replay of the first item
+        ],
+    ).json["data"]["results"]
+    assert [r["status"] for r in results] == [201, 200, 409, 404, 200]
+    assert results[1]["data"] == {"task_id": single["task_id"], "created": False}
+    assert results[2]["error"]["code"] == "IDEMPOTENCY_CONFLICT"
+    assert results[3]["error"]["code"] == "NOT_FOUND"
+    assert results[4]["data"] == {"task_id": results[0]["data"]["task_id"], "created": False}
+    detail = client.simulate_get(
+        f"/v1/tasks/{results[0]['data']['task_id']}", headers=tenant.headers
+    ).json["data"]
+    assert detail["state"] == "WAITING" and detail["payload"] == {"n": 1}
+    assert count_tasks(database, tenant) == 2
+    assert count_tasks(database, other) == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tasks": []},
+        {"tasks": [{"queue_id": "0" * 32}]},
+        {"tasks": "nope"},
+        {"tasks": [{"idempotency_key": "schedule:x", "queue_id": "0" * 32}]},
+        {"other": 1},
+    ],
+)
+def test_a_malformed_batch_is_refused_whole_and_changes_nothing(client, database, tenant, body):
+    if body.get("tasks") and isinstance(body["tasks"], list) and len(body["tasks"]) == 1:
+        # one good item first, so a half-applied batch would show
+        body = {"tasks": [item(tenant), *body["tasks"]]}
+    before = count_tasks(database, tenant)
+    result = client.simulate_post("/v1/tasks/batch", headers=tenant.headers, json=body)
+    assert result.status_code == 400, result.text
+    assert result.json["error"]["code"] == "INVALID_ARGUMENT"
+    assert count_tasks(database, tenant) == before
+
+
+def test_a_bad_item_names_its_index(client, tenant):
+    result = client.simulate_post(
+        "/v1/tasks/batch",
+        headers=tenant.headers,
+        json={"tasks": [item(tenant), item(tenant, priority=12)]},
+    )
+    assert result.status_code == 400
+    assert result.json["error"]["details"][0]["field"] == "tasks[1].priority"
+
+
+def test_more_than_100_items_are_refused(client, tenant):
+    result = client.simulate_post(
+        "/v1/tasks/batch",
+        headers=tenant.headers,
+        json={"tasks": [item(tenant) for _ in range(101)]},
+    )
+    assert result.status_code == 400
+
+
+def test_quota_is_checked_per_item(client, tenant):
+    queue = client.simulate_post(
+        "/v1/queues", headers=tenant.headers, json={"name": "two", "max_unfinished": 2}
+    ).json["data"]["queue_id"]
+    results = batch_submit(
+        client, tenant, [{**item(tenant), "queue_id": queue} for _ in range(3)]
+    ).json["data"]["results"]
+    assert [r["status"] for r in results] == [201, 201, 429]
+    assert results[2]["error"]["code"] == "QUOTA_EXCEEDED"
+
+
+def test_keyed_items_of_one_key_are_all_accepted_and_one_is_claimable(client, tenant):
+    results = batch_submit(
+        client, tenant, [item(tenant, concurrency_key="batch/k") for _ in range(3)]
+    ).json["data"]["results"]
+    assert [r["status"] for r in results] == [201, 201, 201]  # K4: busy is not an error
+    session = Session(client, tenant)
+    [only] = session.claim(max=3)
+    assert only["task"]["task_id"] == results[0]["data"]["task_id"]
+
+
+def test_batch_start_and_result_keep_per_attempt_semantics(client, tenant):
+    for _ in range(3):
+        submit(client, tenant, None, 201, concurrency_key=f"batch/{secrets.token_hex(3)}")
+    mine, theirs = Session(client, tenant), Session(client, tenant)
+    [b1] = theirs.claim(max=1)  # first, so the fair share does not halve mine (W2)
+    a1, a2 = mine.claim(max=2)
+
+    def post(path, body):
+        return client.simulate_post(path, headers=tenant.headers, json=body)
+
+    started = post(
+        "/v1/attempts/start",
+        {"session_id": mine.id, "attempt_ids": [a1["attempt_id"], b1["attempt_id"], "f" * 32]},
+    ).json["data"]["results"]
+    assert [r["status"] for r in started] == [200, 409, 404]
+    assert started[0]["data"]["state"] == "RUNNING"
+    assert started[0]["data"]["concurrency_token"] == a1["concurrency_token"]
+    assert [r["error"]["code"] for r in started[1:]] == ["LEASE_LOST", "NOT_FOUND"]
+
+    done = {"attempt_id": a1["attempt_id"], "outcome": "succeeded", "result": {"ok": 1}}
+    reported = post(
+        "/v1/attempts/result",
+        {
+            "session_id": mine.id,
+            "results": [done, {"attempt_id": a2["attempt_id"], "outcome": "succeeded"}, done],
+        },
+    ).json["data"]["results"]
+    assert [r["status"] for r in reported] == [200, 409, 200]
+    assert reported[0]["data"]["duplicate"] is False
+    assert reported[1]["error"]["code"] == "STATE_CONFLICT"  # a2 was never started
+    assert reported[2]["data"]["duplicate"] is True  # the same result again changes nothing
+    task = client.simulate_get(f"/v1/tasks/{a1['task']['task_id']}", headers=tenant.headers).json[
+        "data"
+    ]
+    assert task["state"] == "SUCCEEDED" and task["result"] == {"ok": 1}
+    other = client.simulate_get(f"/v1/tasks/{a2['task']['task_id']}", headers=tenant.headers).json[
+        "data"
+    ]
+    assert other["state"] == "LEASED"
+
+
+def test_batch_result_from_another_session_is_lease_lost(client, tenant):
+    submit(client, tenant, None, 201)
+    mine, theirs = Session(client, tenant), Session(client, tenant)
+    [a] = mine.claim()
+    assert mine.start(a["attempt_id"]).status_code == 200
+    reported = client.simulate_post(
+        "/v1/attempts/result",
+        headers=tenant.headers,
+        json={
+            "session_id": theirs.id,
+            "results": [{"attempt_id": a["attempt_id"], "outcome": "succeeded"}],
+        },
+    ).json["data"]["results"]
+    assert reported[0]["error"]["code"] == "LEASE_LOST"
+
+
+def test_the_guard_spends_one_token_per_item():
+    guard = SubmitGuard(rate=1, burst=10, clock=lambda: 0.0)
+    guard.take(1, 8)
+    with pytest.raises(Exception) as refused:
+        guard.take(1, 3)
+    assert getattr(refused.value, "code", None) == "QUOTA_EXCEEDED"
+    guard.take(1, 2)
+    big = SubmitGuard(rate=1, burst=5, clock=lambda: 0.0)
+    big.take(2, 100)  # larger than the burst: spends the whole burst, not refused forever
+    with pytest.raises(Exception):  # noqa: B017 - the burst is spent
+        big.take(2, 1)
