@@ -72,16 +72,20 @@ def connect(dsn: str, **overrides: Any) -> pymysql.connections.Connection:
     return pymysql.connect(**kwargs)
 
 
+def signal_error(text: str) -> errors.OrbitError:
+    """The OrbitError of a routine's ``SIGNAL SQLSTATE '45000'`` text, ``'CODE: message'``."""
+    name, _, message = text.partition(":")
+    cls = errors.BY_CODE.get(name.strip())
+    if cls is None:
+        return errors.Internal()
+    return cls(message.strip() or None)
+
+
 def map_error(exc: pymysql.MySQLError) -> errors.OrbitError | None:
     """Translate a pymysql error into an OrbitError; None for deadlock-class errors."""
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
     if code == ER_SIGNAL_EXCEPTION:
-        text = str(exc.args[1]) if len(exc.args) > 1 else ""
-        name, _, message = text.partition(":")
-        cls = errors.BY_CODE.get(name.strip())
-        if cls is None:
-            return errors.Internal()
-        return cls(message.strip() or None)
+        return signal_error(str(exc.args[1]) if len(exc.args) > 1 else "")
     if code in RETRYABLE:
         return None
     if code in CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):

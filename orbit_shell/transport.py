@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from . import errors, longpoll, serialize, validation
+from . import batches, errors, longpoll, serialize, validation
 from .client import Client
 from .db import Database
 from .models import ApiError, api_error, batch_results
@@ -203,28 +203,17 @@ class MysqlTransport:
         self._call("worker_goodbye", self.namespace_id, session_id)
 
     def start_many(self, session_id, attempt_ids):
-        return _each(attempt_ids, lambda a: self.start(session_id, a))
+        return self._batch(batches.start_many, session_id, attempt_ids)
 
     def result_many(self, session_id, results):
-        return _each(
-            results,
-            lambda r: self.result(
-                session_id, r["attempt_id"], r["outcome"], r["retryable"], r["result"], r["error"]
-            ),
-        )
+        return self._batch(batches.result_many, session_id, results)
 
-
-def _each(items, fn) -> list[Any]:
-    """Like the HTTP batch routes: an item's client error is its result; a server error ends it."""
-    out: list[Any] = []
-    for item in items:
+    def _batch(self, fn, session_id, items):
         try:
-            out.append(fn(item))
-        except ApiError as exc:
-            if exc.status >= 500:
-                raise
-            out.append(exc)
-    return out
+            answers = fn(self.db, self.namespace_id, session_id, items)
+        except errors.OrbitError as exc:
+            raise _sdk_error(exc) from exc
+        return [_sdk_error(a) if isinstance(a, errors.OrbitError) else a for a in answers]
 
 
 def _sdk_error(exc: errors.OrbitError) -> ApiError:

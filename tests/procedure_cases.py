@@ -17,6 +17,8 @@ PROCEDURES = [
     "task_resolve",
     "queue_set_state",
     "attempt_start",
+    "attempt_start_many",
+    "attempt_result_many",
     "attempt_renew",
     "schedule_add_version",
     "schedule_set_state",
@@ -157,6 +159,30 @@ def cases(eng, s):
             # Only the tasks row: a join FOR UPDATE would lock the attempt as well.
             ("SELECT id FROM tasks WHERE id = %s FOR UPDATE", "leased_task"),
             (ns, s["session"], s["leased"]),
+        ),
+        "attempt_start_many": (
+            attempt("leased"),
+            ("SELECT id FROM tasks WHERE id = %s FOR UPDATE", "leased_task"),
+            (ns, s["session"], json.dumps([s["leased"]])),
+        ),
+        "attempt_result_many": (
+            APP,
+            attempt("running"),
+            (
+                ns,
+                s["session"],
+                json.dumps(
+                    [
+                        {
+                            "attempt_id": s["running"],
+                            "outcome": "succeeded",
+                            "retryable": 0,
+                            "result": None,
+                            "error": None,
+                        }
+                    ]
+                ),
+            ),
         ),
         "schedule_add_version": (
             APP,

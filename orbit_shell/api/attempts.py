@@ -1,14 +1,14 @@
 """Attempt calls of a worker: start, renew, result (W3, W7); each one procedure call.
 
-The batch routes (start or report many attempts of one session) make one call per attempt,
-so each keeps its own transaction, idempotency and error."""
+The batch routes (start or report many attempts of one session) make one procedure call, one
+transaction, for the batch; each attempt keeps its own idempotency and error (savepoints)."""
 
 from __future__ import annotations
 
 import falcon
 
-from .. import serialize, validation
-from .common import each, ok, read_json, scope
+from .. import batches, errors, serialize, validation
+from .common import item, ok, read_json, scope
 
 
 class Attempts:
@@ -49,28 +49,43 @@ class Attempts:
     def on_post_start_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "workers:consume")
         body = read_json(req, validation.ATTEMPT_START_BATCH, self.max_body)
-
-        def one(attempt_id: str) -> tuple[int, dict]:
-            s.check_attempt_queue(attempt_id)
-            [[row]] = s.db.call("attempt_start", s.namespace_id, body["session_id"], attempt_id)
-            return 200, serialize.attempt(row)
-
-        ok(req, resp, {"results": each(body["attempt_ids"], one)})
+        ids = body["attempt_ids"]
+        answers = scoped_batch(
+            s,
+            ids,
+            ids,
+            lambda chosen: batches.start_many(s.db, s.namespace_id, body["session_id"], chosen),
+        )
+        ok(req, resp, {"results": [item(a) for a in answers]})
 
     def on_post_result_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "workers:consume")
         body = read_json(req, validation.ATTEMPT_RESULT_BATCH, self.max_body)
+        results = body["results"]
+        answers = scoped_batch(
+            s,
+            [r["attempt_id"] for r in results],
+            results,
+            lambda chosen: batches.result_many(s.db, s.namespace_id, body["session_id"], chosen),
+        )
+        ok(req, resp, {"results": [item(a) for a in answers]})
 
-        def one(item: dict) -> tuple[int, dict]:
-            s.check_attempt_queue(item["attempt_id"])
-            row = report(s, body["session_id"], item["attempt_id"], item)
-            return 200, {
-                "attempt_id": row["attempt_id"],
-                "task_id": row["task_id"],
-                "duplicate": bool(row["duplicate"]),
-            }
 
-        ok(req, resp, {"results": each(body["results"], one)})
+def scoped_batch(s, attempt_ids: list[str], items: list, run) -> list:
+    """Items whose attempt is outside the credential's queue scope answer NOT_FOUND and are not
+    sent; the rest go to ``run`` in one call. Answers come back in the request's order."""
+    answers: list = [None] * len(items)
+    chosen = []
+    for i, attempt_id in enumerate(attempt_ids):
+        try:
+            s.check_attempt_queue(attempt_id)
+            chosen.append(i)
+        except errors.NotFound as exc:
+            answers[i] = exc
+    if chosen:
+        for i, answer in zip(chosen, run([items[i] for i in chosen]), strict=True):
+            answers[i] = answer
+    return answers
 
 
 def report(s, session_id: str, attempt_id: str, body: dict) -> dict:

@@ -51,22 +51,28 @@ def scope(req: falcon.Request, needed: str) -> Scope:
 def each(items: Iterable[Any], fn: Callable[[Any], tuple[int, Any]]) -> list[dict[str, Any]]:
     """Run one batch item after another, each with the single route's semantics.
 
-    A client error (4xx) becomes that item's result, ``{"status", "error"}``, and the batch goes
-    on; a server error (503, 500) ends the request. Items done before it stay done, and every
-    item is idempotent, so the whole batch may be sent again.
+    A client error (4xx) becomes that item's result and the batch goes on; a server error
+    (503, 500) ends the request. Items done before it stay done, and every item is idempotent,
+    so the whole batch may be sent again.
     """
     out = []
-    for item in items:
+    for one in items:
         try:
-            status, data = fn(item)
-            out.append({"status": status, "data": data})
+            status, data = fn(one)
+            out.append(item(data, status))
         except errors.OrbitError as exc:
             if exc.status >= 500:
                 raise
-            out.append(
-                {
-                    "status": exc.status,
-                    "error": {"code": exc.code, "message": exc.message, "details": exc.details},
-                }
-            )
+            out.append(item(exc))
     return out
+
+
+def item(answer: Any, status: int = 200) -> dict[str, Any]:
+    """One answer of a batch: ``{"status", "data"}``, or ``{"status", "error"}`` for an
+    OrbitError."""
+    if isinstance(answer, errors.OrbitError):
+        return {
+            "status": answer.status,
+            "error": {"code": answer.code, "message": answer.message, "details": answer.details},
+        }
+    return {"status": status, "data": answer}

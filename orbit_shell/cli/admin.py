@@ -56,6 +56,8 @@ WORKER_PROCEDURES = (
     "attempt_start",
     "attempt_renew",
     "attempt_result",
+    "attempt_start_many",
+    "attempt_result_many",
     "worker_goodbye",
 )
 ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_]{1,32}$")

@@ -243,6 +243,8 @@ def test_least_privilege_account_can_run_worker_procedures_but_not_touch_tables(
                 "INSERT INTO orbit_meta VALUES ('x', 'y', NOW())",
                 "CALL task_cancel(1, REPEAT('0', 32), 'me')",
                 "CALL tenant_bootstrap('a','b','c','d','e','f','g','h')",
+                # helpers run only inside the worker procedures that call them
+                "CALL attempt_start_one(1, REPEAT('0', 32), REPEAT('0', 32), @attempt)",
             ):
                 with pytest.raises(pymysql.err.MySQLError) as info:
                     cur.execute(sql)

@@ -187,3 +187,27 @@ def test_the_guard_spends_one_token_per_item():
     big.take(2, 100)  # larger than the burst: spends the whole burst, not refused forever
     with pytest.raises(Exception):  # noqa: B017 - the burst is spent
         big.take(2, 1)
+
+
+def test_a_result_sent_by_batch_then_alone_is_one_result(client, tenant):
+    """The batch carries the same canonical text as the single route, Unicode included, so the
+    repeat is recognised as a duplicate (and a different result is refused)."""
+    submit(client, tenant, None, 201)
+    session = Session(client, tenant)
+    [a] = session.claim()
+    session.start(a["attempt_id"])
+    odd = {"text": 'quote " backslash \\ newline \n emoji 😀 e\u0301', "n": [1, 2.5, None]}
+    first = client.simulate_post(
+        "/v1/attempts/result",
+        headers=tenant.headers,
+        json={
+            "session_id": session.id,
+            "results": [{"attempt_id": a["attempt_id"], "outcome": "succeeded", "result": odd}],
+        },
+    ).json["data"]["results"][0]
+    assert first["data"]["duplicate"] is False
+    again = session.finish(a["attempt_id"], result=odd)
+    assert again.status_code == 200 and again.json["data"]["duplicate"] is True
+    assert again.json["data"]["task"]["result"] == odd
+    other = session.finish(a["attempt_id"], result={"text": "different"})
+    assert other.json["error"]["code"] == "LEASE_LOST"

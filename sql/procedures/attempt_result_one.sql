@@ -1,0 +1,111 @@
+-- attempt_result_one: the body of attempt_result, for attempt_result and attempt_result_many.
+-- Helper inside the caller's transaction: no transaction control, no handler; errors are
+-- SIGNALled to the caller. Sets p_task_id (tasks.id) and p_duplicate (1 when this exact result
+-- was already stored for this session: answered again, nothing changed).
+--   succeeded                                  -> attempt SUCCEEDED, task SUCCEEDED
+--   failed, retryable, attempts and deadline left -> attempt RETRY, task WAITING (DELAYED by
+--        exponential backoff with jitter); the key is released, not held while backing off
+--   failed otherwise                           -> attempt FAILED, task FAILED
+--   unknown                                    -> attempt UNKNOWN, task NEEDS_REVIEW (key released)
+-- Any other call for an attempt that is not current is LEASE_LOST.
+-- Errors: NOT_FOUND, LEASE_LOST, STATE_CONFLICT (result before start).
+-- Locks, in order: applications row, attempts row, tasks and queues rows, then those of
+--   attempt_release (queues, worker_sessions, concurrency_resources, attempts, permits rows).
+CREATE PROCEDURE attempt_result_one(
+  IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
+  IN p_attempt_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_outcome VARCHAR(16), IN p_retryable TINYINT,
+  IN p_result MEDIUMTEXT, IN p_error MEDIUMTEXT, OUT p_task_id BIGINT UNSIGNED, OUT p_duplicate TINYINT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_attempt BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_task BIGINT UNSIGNED;
+  DECLARE v_state VARCHAR(20);
+  DECLARE v_session CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
+  DECLARE v_expires DATETIME(6);
+  DECLARE v_stored CHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
+  DECLARE v_token BIGINT UNSIGNED;
+  DECLARE v_fp CHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
+  DECLARE v_started INT UNSIGNED;
+  DECLARE v_max_attempts INT UNSIGNED;
+  DECLARE v_deadline DATETIME(6);
+  DECLARE v_base INT UNSIGNED;
+  DECLARE v_cap INT UNSIGNED;
+  DECLARE v_delay DOUBLE;
+  DECLARE v_available DATETIME(6);
+  DECLARE v_actor VARCHAR(200);
+  DECLARE v_now DATETIME(6);
+
+  SET p_task_id = NULL, p_duplicate = 0;
+  SET v_fp = SHA2(CONCAT(p_outcome, '|', COALESCE(p_retryable, 0), '|', COALESCE(p_result, 'null'),
+                         '|', COALESCE(p_error, 'null')), 256);
+  SET v_actor = CONCAT('session:', p_session_public_id);
+  SELECT id, application_id INTO v_attempt, v_app FROM attempts
+   WHERE public_id = p_attempt_public_id AND namespace_id = p_namespace_id;
+  IF v_attempt IS NULL THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: attempt not found';
+  END IF;
+
+  SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
+  SELECT task_id, state, lease_expires_at, result_sha256, concurrency_token
+    INTO v_task, v_state, v_expires, v_stored, v_token
+    FROM attempts WHERE id = v_attempt FOR UPDATE;
+  SELECT s.public_id INTO v_session
+    FROM attempts a JOIN worker_sessions s ON s.id = a.session_id WHERE a.id = v_attempt;
+
+  SET p_task_id = v_task;
+  IF v_session = p_session_public_id AND v_stored = v_fp THEN
+    -- Duplicate of the stored result: answer it again, change nothing.
+    SET p_duplicate = 1;
+  ELSE
+    IF v_session <> p_session_public_id OR v_state NOT IN ('LEASED', 'RUNNING') OR v_expires <= v_now THEN
+      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'LEASE_LOST: attempt is no longer the current holder';
+    END IF;
+    IF v_state = 'LEASED' THEN
+      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: attempt was not started; call start first';
+    END IF;
+    SELECT t.max_attempts, t.deadline_at, q.retry_backoff_seconds, q.retry_backoff_max_seconds
+      INTO v_max_attempts, v_deadline, v_base, v_cap
+      FROM tasks t JOIN queues q ON q.id = t.queue_id WHERE t.id = v_task FOR UPDATE;
+    UPDATE attempts SET outcome = p_outcome, retryable = p_retryable, result = p_result,
+                        error = p_error, result_sha256 = v_fp
+     WHERE id = v_attempt;
+
+    IF p_outcome = 'succeeded' THEN
+      CALL attempt_release(v_attempt, 'SUCCEEDED');
+      CALL task_finish(v_task, 'SUCCEEDED', p_result, NULL);
+      CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'SUCCEEDED', 'RUNNING',
+                       'SUCCEEDED', v_actor, NULL);
+    ELSEIF p_outcome = 'unknown' THEN
+      CALL attempt_release(v_attempt, 'UNKNOWN');
+      UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, error = COALESCE(p_error, error),
+                       updated_at = v_now
+       WHERE id = v_task;
+      CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'OUTCOME_UNKNOWN', 'RUNNING',
+                       'NEEDS_REVIEW', v_actor, 'worker reported an unknown outcome');
+    ELSE
+      SELECT COUNT(*) INTO v_started FROM attempts WHERE task_id = v_task AND started_at IS NOT NULL;
+      -- Exponential backoff with jitter in [0.5, 1.0] of the capped delay.
+      SET v_delay = LEAST(v_cap, v_base * POW(2, LEAST(v_started, 30) - 1)) * (0.5 + RAND() / 2);
+      SET v_available = v_now + INTERVAL ROUND(v_delay * 1000000) MICROSECOND;
+      IF p_retryable = 1 AND v_started < v_max_attempts
+         AND (v_deadline IS NULL OR v_available < v_deadline) THEN
+        CALL attempt_release(v_attempt, 'RETRY');
+        UPDATE tasks SET state = 'WAITING', available_at = v_available,
+                         error = COALESCE(p_error, error), updated_at = v_now
+         WHERE id = v_task;
+        CALL task_enter_lane(v_task);
+        CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'RETRY_SCHEDULED', 'RUNNING',
+                         'WAITING', v_actor, CONCAT('retry after ', ROUND(v_delay, 3), 's'));
+      ELSE
+        CALL attempt_release(v_attempt, 'FAILED');
+        CALL task_finish(v_task, 'FAILED', NULL, p_error);
+        CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'FAILED', 'RUNNING', 'FAILED',
+                         v_actor, IF(p_retryable = 1, 'attempts or deadline exhausted', NULL));
+      END IF;
+    END IF;
+  END IF;
+END
