@@ -1,8 +1,8 @@
-"""The batch procedures (attempt_start_many, attempt_result_many): one transaction for many
-attempts of one session, each item answered with its own data or its own error.
+"""The batch procedures (task_submit_many, attempt_start_many, attempt_result_many): one
+transaction for many items, each answered with its own data or its own error.
 
-Both the HTTP routes and the MySQL worker transport call these, so the two transports batch
-the same way (W9).
+The HTTP routes and the MySQL worker transport call these, so the two transports batch the
+same way (W9).
 """
 
 from __future__ import annotations
@@ -12,6 +12,38 @@ from typing import Any
 
 from . import errors, serialize, validation
 from .db import Database, signal_error
+
+
+def submit_many(
+    db: Database, namespace_id: int, actor: str, items: list[tuple[int, str, dict[str, Any]]]
+) -> list[dict[str, Any] | errors.OrbitError]:
+    """task_submit per ``(queue internal id, idempotency key, validated body)``, in order:
+    ``{task_id, created}`` or the item's error. The fingerprint and the stored payload text are
+    the single route's, so either route replays the other's submission."""
+    wire = [
+        {
+            "queue": queue,
+            "idempotency_key": key,
+            "fingerprint": validation.fingerprint(body),
+            "handler": body["handler"],
+            "handler_version": body["handler_version"],
+            "payload_version": body["payload_version"],
+            "payload": validation.stored_json(body["payload"]),
+            "business_key": body["business_key"],
+            "concurrency_key": body["concurrency_key"],
+            "priority": body["priority"],
+            "max_attempts": body["max_attempts"],
+            "deadline_seconds": body["deadline_seconds"],
+        }
+        for queue, key, body in items
+    ]
+    [rows] = db.call("task_submit_many", namespace_id, actor, _json(wire))
+    return [
+        signal_error(r["item_error"])
+        if r["item_error"]
+        else {"task_id": r["task_id"], "created": bool(r["created"])}
+        for r in rows
+    ]
 
 
 def start_many(
@@ -40,10 +72,7 @@ def result_many(
         }
         for item in items
     ]
-    # UTF-8 as is (not \u escapes), so JSON_UNQUOTE gives back exactly the text sent.
-    [rows] = db.call(
-        "attempt_result_many", namespace_id, session_id, json.dumps(wire, ensure_ascii=False)
-    )
+    [rows] = db.call("attempt_result_many", namespace_id, session_id, _json(wire))
     return [
         signal_error(r["item_error"])
         if r["item_error"]
@@ -58,3 +87,9 @@ def result_many(
 
 def _text(value: Any) -> str | None:
     return None if value is None else validation.canonical_json(value)
+
+
+def _json(wire: list[dict[str, Any]]) -> str:
+    # UTF-8 as is (not \u escapes), so JSON_UNQUOTE gives back exactly the text sent: the same
+    # bytes for keys (K2: exact match) and the same text for fingerprints.
+    return json.dumps(wire, ensure_ascii=False)

@@ -10,6 +10,7 @@ import secrets
 # Procedures that take two or more locks: a deadlock can be forced into each of them.
 PROCEDURES = [
     "task_submit",
+    "task_submit_many",
     "worker_claim",
     "worker_hello",
     "attempt_result",
@@ -138,6 +139,32 @@ def cases(eng, s):
                 None,
                 None,
                 None,
+            ),
+        ),
+        "task_submit_many": (
+            APP,
+            QUEUE,
+            (
+                ns,
+                "t",
+                json.dumps(
+                    [
+                        {
+                            "queue": s["queue"],
+                            "idempotency_key": "dl-" + secrets.token_hex(4),
+                            "fingerprint": "0" * 64,
+                            "handler": "h",
+                            "handler_version": "v1",
+                            "payload_version": "v1",
+                            "payload": "{}",
+                            "business_key": "",
+                            "concurrency_key": "dl/new",
+                            "priority": 5,
+                            "max_attempts": None,
+                            "deadline_seconds": None,
+                        }
+                    ]
+                ),
             ),
         ),
         "worker_claim": (APP, QUEUE, (ns, s["session"], 1)),

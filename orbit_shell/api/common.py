@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import falcon
@@ -46,25 +45,6 @@ def scope(req: falcon.Request, needed: str) -> Scope:
     principal = req.context.principal
     principal.require(needed)
     return Scope(req.context.db, principal)
-
-
-def each(items: Iterable[Any], fn: Callable[[Any], tuple[int, Any]]) -> list[dict[str, Any]]:
-    """Run one batch item after another, each with the single route's semantics.
-
-    A client error (4xx) becomes that item's result and the batch goes on; a server error
-    (503, 500) ends the request. Items done before it stay done, and every item is idempotent,
-    so the whole batch may be sent again.
-    """
-    out = []
-    for one in items:
-        try:
-            status, data = fn(one)
-            out.append(item(data, status))
-        except errors.OrbitError as exc:
-            if exc.status >= 500:
-                raise
-            out.append(item(exc))
-    return out
 
 
 def item(answer: Any, status: int = 200) -> dict[str, Any]:

@@ -1,16 +1,11 @@
--- task_submit: accept a task (POST /v1/tasks, schedule fires).
+-- task_submit: accept a task (POST /v1/tasks, schedule fires); the rules are task_submit_one's.
 -- Params: namespace, queue (internal id, already scope-checked by the shell), Idempotency-Key,
 --   fingerprint (SHA-256 of the normalised request), task fields, deadline in seconds (NULL =
 --   none), actor, and the schedule origin (NULLs for API submissions).
 -- Result set: {task_id (public), created (1 first acceptance, 0 replay)}.
 -- Errors: NOT_FOUND (queue not in namespace), IDEMPOTENCY_CONFLICT (same key, other content),
 --   QUOTA_EXCEEDED (application or queue unfinished quota).
--- Locks, in order: applications row, queues row, concurrency_resources row (keyed, via
---   task_enter_lane), then the new task and idempotency rows.
--- Two concurrent submissions with one key: the second waits on the application row and then
--- finds the first one's idempotency record, so exactly one task is created (K1).
--- A busy key is not an error (K4): the task is parked as BLOCKED, consumes no attempt and
--- counts toward the unfinished quotas.
+-- Locks: those of task_submit_one (the applications row first).
 CREATE PROCEDURE task_submit(
   IN p_namespace_id BIGINT UNSIGNED, IN p_queue_id BIGINT UNSIGNED,
   IN p_idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin, IN p_fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
@@ -21,73 +16,16 @@ CREATE PROCEDURE task_submit(
   IN p_fire_time DATETIME(6))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
-  DECLARE v_app BIGINT UNSIGNED DEFAULT NULL;
-  DECLARE v_existing_fp CHAR(64) CHARACTER SET ascii COLLATE ascii_bin DEFAULT NULL;
-  DECLARE v_existing_task BIGINT UNSIGNED DEFAULT NULL;
-  DECLARE v_app_max INT UNSIGNED;
-  DECLARE v_app_unfinished INT UNSIGNED;
-  DECLARE v_q_ns BIGINT UNSIGNED DEFAULT NULL;
-  DECLARE v_q_max INT UNSIGNED;
-  DECLARE v_q_unfinished INT UNSIGNED;
-  DECLARE v_q_attempts INT UNSIGNED;
   DECLARE v_task BIGINT UNSIGNED;
-  DECLARE v_now DATETIME(6);
+  DECLARE v_created TINYINT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-  SELECT application_id INTO v_app FROM queues WHERE id = p_queue_id AND namespace_id = p_namespace_id;
-  IF v_app IS NULL THEN
-    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: queue not found';
-  END IF;
-
   START TRANSACTION;
-  SELECT max_unfinished, unfinished_tasks INTO v_app_max, v_app_unfinished
-    FROM applications WHERE id = v_app FOR UPDATE;
-  -- The clock is read after the first lock: a call that waited must not stamp times
-  -- earlier than the change it waited for.
-  SET v_now = UTC_TIMESTAMP(6);
-
-  SELECT fingerprint, task_id INTO v_existing_fp, v_existing_task
-    FROM idempotency_records
-   WHERE namespace_id = p_namespace_id AND idempotency_key = p_idempotency_key;
-  IF v_existing_task IS NOT NULL THEN
-    IF v_existing_fp <> p_fingerprint THEN
-      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT =
-        'IDEMPOTENCY_CONFLICT: Idempotency-Key was already used with different content';
-    END IF;
-    COMMIT;
-    SELECT public_id AS task_id, 0 AS created FROM tasks WHERE id = v_existing_task;
-  ELSE
-    SELECT namespace_id, max_unfinished, unfinished_tasks, max_attempts
-      INTO v_q_ns, v_q_max, v_q_unfinished, v_q_attempts
-      FROM queues WHERE id = p_queue_id FOR UPDATE;
-    IF v_app_max IS NOT NULL AND v_app_unfinished >= v_app_max THEN
-      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUOTA_EXCEEDED: application unfinished-task quota reached';
-    END IF;
-    IF v_q_max IS NOT NULL AND v_q_unfinished >= v_q_max THEN
-      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUOTA_EXCEEDED: queue unfinished-task quota reached';
-    END IF;
-
-    INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, idempotency_key,
-                       handler, handler_version, payload_version, payload, business_key,
-                       concurrency_key, priority, state, lane, max_attempts, available_at,
-                       deadline_at, schedule_id, schedule_version, fire_time, created_at,
-                       updated_at)
-    VALUES (new_public_id(), p_namespace_id, v_app, p_queue_id, p_idempotency_key,
-            p_handler, p_handler_version, p_payload_version, p_payload,
-            COALESCE(p_business_key, ''), COALESCE(p_concurrency_key, ''), p_priority,
-            'WAITING', NULL, COALESCE(p_max_attempts, v_q_attempts), v_now,
-            IF(p_deadline_seconds IS NULL, NULL, v_now + INTERVAL p_deadline_seconds SECOND),
-            p_schedule_id, p_schedule_version, p_fire_time, v_now, v_now);
-    SET v_task = LAST_INSERT_ID();
-    INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, task_id, created_at)
-      VALUES (p_namespace_id, p_idempotency_key, p_fingerprint, v_task, v_now);
-    UPDATE applications SET unfinished_tasks = unfinished_tasks + 1 WHERE id = v_app;
-    UPDATE queues SET unfinished_tasks = unfinished_tasks + 1 WHERE id = p_queue_id;
-    CALL task_enter_lane(v_task);
-    CALL history_add(v_task, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'WAITING', p_actor,
-                     (SELECT CONCAT('lane=', lane) FROM tasks WHERE id = v_task));
-    COMMIT;
-    SELECT public_id AS task_id, 1 AS created FROM tasks WHERE id = v_task;
-  END IF;
+  CALL task_submit_one(p_namespace_id, p_queue_id, p_idempotency_key, p_fingerprint, p_handler,
+                       p_handler_version, p_payload_version, p_payload, p_business_key,
+                       p_concurrency_key, p_priority, p_max_attempts, p_deadline_seconds, p_actor,
+                       p_schedule_id, p_schedule_version, p_fire_time, v_task, v_created);
+  COMMIT;
+  SELECT public_id AS task_id, v_created AS created FROM tasks WHERE id = v_task;
 END

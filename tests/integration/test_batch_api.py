@@ -5,6 +5,7 @@ Real MariaDB through the Falcon app."""
 from __future__ import annotations
 
 import secrets
+import unicodedata
 
 import pytest
 
@@ -211,3 +212,30 @@ def test_a_result_sent_by_batch_then_alone_is_one_result(client, tenant):
     assert again.json["data"]["task"]["result"] == odd
     other = session.finish(a["attempt_id"], result={"text": "different"})
     assert other.json["error"]["code"] == "LEASE_LOST"
+
+
+def test_keys_and_payloads_cross_the_batch_byte_for_byte(client, tenant):
+    """K2: keys match on exact bytes (NFC and NFD are two keys) and a batch item replays the
+    single route's submission of the same content, Unicode included."""
+    nfc = "objet/" + unicodedata.normalize("NFC", "é")
+    nfd = "objet/" + unicodedata.normalize("NFD", "é")
+    payload = {"text": 'naïve "quoted" 😀', "list": [1, None, 2.5]}
+    single = submit(client, tenant, "uni-1", 201, concurrency_key=nfc, payload=payload)
+    results = batch_submit(
+        client,
+        tenant,
+        [
+            item(tenant, "uni-1", concurrency_key=nfc, payload=payload),
+            item(tenant, "uni-1", concurrency_key=nfd, payload=payload),
+            item(tenant, "uni-2", concurrency_key=nfd, payload=payload),
+        ],
+    ).json["data"]["results"]
+    assert [r["status"] for r in results] == [200, 409, 201]
+    assert results[0]["data"]["task_id"] == single.json["data"]["task_id"]
+    detail = client.simulate_get(
+        f"/v1/tasks/{results[2]['data']['task_id']}", headers=tenant.headers
+    ).json["data"]
+    assert detail["concurrency_key"] == nfd and detail["payload"] == payload
+    # Two keys, so both are claimable at once.
+    claimed = Session(client, tenant).claim(max=4)
+    assert sorted(a["task"]["concurrency_key"] for a in claimed) == sorted([nfc, nfd])
