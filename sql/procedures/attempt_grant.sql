@@ -1,14 +1,17 @@
 -- attempt_grant: turn one READY candidate into a LEASED attempt (the body of worker_claim).
 -- Helper inside worker_claim's transaction: the caller holds the application row, the queue
--- rows and the session row. Sets p_attempt_id to the new attempts.id, or NULL when the task is
--- not granted (no longer READY, deadline passed, queue permits exhausted, token space
--- exhausted).
+-- rows and the session row, checks the application quota, and adds the grants to the
+-- application's active_attempts and the session's in_flight once per claim (they are its
+-- locked rows, so nobody reads them in between). Sets p_attempt_id to the new attempts.id, or
+-- NULL when the task is not granted (no longer READY, deadline passed, queue permits
+-- exhausted, token space exhausted). p_actor is the session's history actor.
 -- K7: the token is computed only after the key's row lock is held, as the resource's highest
 -- token + 1; at 18446744073709551615 (unsigned 64-bit max) the claim is refused, the task
 -- stays WAITING (parked) and its history records TOKEN_SPACE_EXHAUSTED once. Never wraps.
 -- Locks: tasks row, concurrency_resources row, then inserts attempts and permits rows.
 CREATE PROCEDURE attempt_grant(IN p_task_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
-                               IN p_now DATETIME(6), OUT p_attempt_id BIGINT UNSIGNED)
+                               IN p_now DATETIME(6), IN p_actor VARCHAR(200),
+                               OUT p_attempt_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_lane VARCHAR(10) DEFAULT NULL;
@@ -26,14 +29,12 @@ BEGIN
   DECLARE v_holder BIGINT UNSIGNED;
   DECLARE v_candidate BIGINT UNSIGNED;
   DECLARE v_expires DATETIME(6);
-  DECLARE v_actor VARCHAR(200);
 
   SET p_attempt_id = NULL;
   SELECT lane, namespace_id, application_id, queue_id, concurrency_key, deadline_at,
          attempts_used + 1
     INTO v_lane, v_ns, v_app, v_queue, v_key, v_deadline, v_number
     FROM tasks WHERE id = p_task_id FOR UPDATE;
-  SELECT CONCAT('session:', public_id) INTO v_actor FROM worker_sessions WHERE id = p_session_id;
 
   IF v_lane = 'READY' THEN
     SELECT max_concurrency, active_attempts, lease_seconds INTO v_q_max, v_q_active, v_lease
@@ -89,11 +90,9 @@ BEGIN
         UPDATE tasks SET state = 'LEASED', lane = NULL, attempts_used = v_number,
                          current_attempt_id = p_attempt_id, updated_at = p_now
          WHERE id = p_task_id;
-        UPDATE applications SET active_attempts = active_attempts + 1 WHERE id = v_app;
         UPDATE queues SET active_attempts = active_attempts + 1 WHERE id = v_queue;
-        UPDATE worker_sessions SET in_flight = in_flight + 1 WHERE id = p_session_id;
         CALL history_add(p_task_id, v_ns, p_attempt_id, v_token, 'CLAIMED', 'WAITING', 'LEASED',
-                         v_actor, NULL);
+                         p_actor, NULL);
       END IF;
     END IF;
   END IF;

@@ -43,10 +43,12 @@ BEGIN
   DECLARE v_next BIGINT UNSIGNED;
   DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_now DATETIME(6);
+  DECLARE v_actor VARCHAR(200);
   DECLARE v_ignored BIGINT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+  SET v_actor = CONCAT('session:', p_session_public_id);
   SELECT id, application_id INTO v_session, v_app FROM worker_sessions
    WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
   IF v_session IS NULL THEN
@@ -137,12 +139,12 @@ BEGIN
           FETCH c_ready INTO v_c_id, v_c_priority;
           IF v_done = 1 THEN LEAVE fetch_loop; END IF;
           INSERT INTO claim_candidates (task_id, priority) VALUES (v_c_id, v_c_priority);
+          SET v_found = v_found + 1;
         END LOOP;
         CLOSE c_ready;
       END candidates;
     END LOOP;
 
-    SELECT COUNT(*) INTO v_found FROM claim_candidates;
     SELECT COUNT(DISTINCT s.id) INTO v_live
       FROM worker_session_queues mine
       JOIN worker_session_queues other ON other.queue_id = mine.queue_id
@@ -151,22 +153,33 @@ BEGIN
        AND s.last_seen_at >= v_now - INTERVAL 5 SECOND AND s.in_flight = 0;
     SET v_cap = LEAST(v_want, CEIL(v_found / (1 + v_live)));
 
-    -- Grant in (priority, id) order across the queues.
-    SET v_item = 0;
-    grant_loop: LOOP
-      IF v_granted >= v_cap THEN LEAVE grant_loop; END IF;
-      SET v_next = NULL;
-      SELECT task_id INTO v_next FROM claim_candidates ORDER BY priority, task_id LIMIT 1;
-      IF v_next IS NULL THEN LEAVE grant_loop; END IF;
-      DELETE FROM claim_candidates WHERE task_id = v_next;
-      SELECT active_attempts INTO v_app_active FROM applications WHERE id = v_app;
-      IF v_app_max IS NOT NULL AND v_app_active >= v_app_max THEN LEAVE grant_loop; END IF;
-      CALL attempt_grant(v_next, v_session, v_now, v_item);
-      IF v_item IS NOT NULL THEN
-        SET v_granted = v_granted + 1;
-        IF v_first_attempt IS NULL THEN SET v_first_attempt = v_item; END IF;
-      END IF;
-    END LOOP;
+    -- Grant in (priority, id) order across the queues. The application row is locked by this
+    -- claim, so its active count read once plus this call's grants is exact.
+    SELECT active_attempts INTO v_app_active FROM applications WHERE id = v_app;
+    grants: BEGIN
+      DECLARE v_done TINYINT DEFAULT 0;
+      DECLARE c_grant CURSOR FOR SELECT task_id FROM claim_candidates ORDER BY priority, task_id;
+      DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+      OPEN c_grant;
+      grant_loop: LOOP
+        IF v_granted >= v_cap THEN LEAVE grant_loop; END IF;
+        IF v_app_max IS NOT NULL AND v_app_active + v_granted >= v_app_max THEN LEAVE grant_loop; END IF;
+        -- Reset before each fetch: a no-data condition inside attempt_grant must not end the loop.
+        SET v_done = 0;
+        FETCH c_grant INTO v_next;
+        IF v_done = 1 THEN LEAVE grant_loop; END IF;
+        CALL attempt_grant(v_next, v_session, v_now, v_actor, v_item);
+        IF v_item IS NOT NULL THEN
+          SET v_granted = v_granted + 1;
+          IF v_first_attempt IS NULL THEN SET v_first_attempt = v_item; END IF;
+        END IF;
+      END LOOP;
+      CLOSE c_grant;
+    END grants;
+    IF v_granted > 0 THEN
+      UPDATE applications SET active_attempts = active_attempts + v_granted WHERE id = v_app;
+      UPDATE worker_sessions SET in_flight = in_flight + v_granted WHERE id = v_session;
+    END IF;
   END IF;
   COMMIT;
   CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615));
