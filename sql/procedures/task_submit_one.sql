@@ -6,8 +6,8 @@
 --   none), actor, and the schedule origin (NULLs for API submissions).
 -- Errors: NOT_FOUND (queue not in namespace), IDEMPOTENCY_CONFLICT (same key, other content),
 --   QUOTA_EXCEEDED (application or queue unfinished quota).
--- Locks, in order: applications row, queues row, concurrency_resources row (keyed, via
---   task_enter_lane), then the new task and idempotency rows.
+-- Locks, in order: applications row, queues row, concurrency_resources row (keyed), then the
+--   new task and idempotency rows.
 -- Two concurrent submissions with one key: the second waits on the application row and then
 -- finds the first one's idempotency record, so exactly one task is created (K1).
 -- A busy key is not an error (K4): the task is parked as BLOCKED, consumes no attempt and
@@ -32,6 +32,11 @@ BEGIN
   DECLARE v_q_max INT UNSIGNED;
   DECLARE v_q_unfinished INT UNSIGNED;
   DECLARE v_q_attempts INT UNSIGNED;
+  DECLARE v_q_state VARCHAR(10);
+  DECLARE v_lane VARCHAR(10);
+  DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_holder BIGINT UNSIGNED;
+  DECLARE v_candidate BIGINT UNSIGNED;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_now DATETIME(6);
 
@@ -57,14 +62,29 @@ BEGIN
     END IF;
     SET p_task_id = v_existing_task, p_created = 0;
   ELSE
-    SELECT namespace_id, max_unfinished, unfinished_tasks, max_attempts
-      INTO v_q_ns, v_q_max, v_q_unfinished, v_q_attempts
+    SELECT namespace_id, max_unfinished, unfinished_tasks, max_attempts, state
+      INTO v_q_ns, v_q_max, v_q_unfinished, v_q_attempts, v_q_state
       FROM queues WHERE id = p_queue_id FOR UPDATE;
     IF v_app_max IS NOT NULL AND v_app_unfinished >= v_app_max THEN
       SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUOTA_EXCEEDED: application unfinished-task quota reached';
     END IF;
     IF v_q_max IS NOT NULL AND v_q_unfinished >= v_q_max THEN
       SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUOTA_EXCEEDED: queue unfinished-task quota reached';
+    END IF;
+
+    -- The lane is decided before the insert (task_enter_lane's rules for a task available
+    -- now), so the new row's lane indexes are written once rather than inserted and updated.
+    SET v_lane = 'READY';
+    IF p_concurrency_key <> '' THEN
+      INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
+        VALUES (p_namespace_id, p_concurrency_key, v_now, v_now)
+        ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
+      SET v_resource = LAST_INSERT_ID();
+      SELECT holder_attempt_id, candidate_task_id INTO v_holder, v_candidate
+        FROM concurrency_resources WHERE id = v_resource FOR UPDATE;
+      IF v_holder IS NOT NULL OR v_candidate IS NOT NULL OR v_q_state <> 'ACTIVE' THEN
+        SET v_lane = 'BLOCKED';
+      END IF;
     END IF;
 
     INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, idempotency_key,
@@ -75,7 +95,7 @@ BEGIN
     VALUES (new_public_id(), p_namespace_id, v_app, p_queue_id, p_idempotency_key,
             p_handler, p_handler_version, p_payload_version, p_payload,
             COALESCE(p_business_key, ''), COALESCE(p_concurrency_key, ''), p_priority,
-            'WAITING', NULL, COALESCE(p_max_attempts, v_q_attempts), v_now,
+            'WAITING', v_lane, COALESCE(p_max_attempts, v_q_attempts), v_now,
             IF(p_deadline_seconds IS NULL, NULL, v_now + INTERVAL p_deadline_seconds SECOND),
             p_schedule_id, p_schedule_version, p_fire_time, v_now, v_now);
     SET v_task = LAST_INSERT_ID();
@@ -83,9 +103,11 @@ BEGIN
       VALUES (p_namespace_id, p_idempotency_key, p_fingerprint, v_task, v_now);
     UPDATE applications SET unfinished_tasks = unfinished_tasks + 1 WHERE id = v_app;
     UPDATE queues SET unfinished_tasks = unfinished_tasks + 1 WHERE id = p_queue_id;
-    CALL task_enter_lane(v_task);
+    IF v_lane = 'READY' AND v_resource IS NOT NULL THEN
+      UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = v_resource;
+    END IF;
     CALL history_add(v_task, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'WAITING', p_actor,
-                     (SELECT CONCAT('lane=', lane) FROM tasks WHERE id = v_task));
+                     CONCAT('lane=', v_lane));
     SET p_task_id = v_task, p_created = 1;
   END IF;
 END
