@@ -492,6 +492,9 @@ def main() -> int:
         "--only", choices=["ceiling", "procedure", "blocked", "e2e", "peer"], nargs="*"
     )
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument(
+        "--batch", type=int, default=10, help="tasks per submission request of the e2e producers"
+    )
     args = parser.parse_args()
     parts = set(args.only or ["ceiling", "procedure", "blocked", "e2e", "peer"])
     seconds = 20.0 if args.large else 8.0
@@ -559,9 +562,9 @@ def main() -> int:
                 if "e2e" in parts:
                     n = 6000 if args.large else 2000
                     runs = [
-                        ("unkeyed", n, 0, 50),
-                        ("keys1000", n, 1000, 50),
-                        ("hot10", n // 4, 10, 50),
+                        ("unkeyed", n, 0, args.batch),
+                        ("keys1000", n, 1000, args.batch),
+                        ("hot10", n // 4, 10, args.batch),
                         ("unbatched", n // 2, 0, 1),  # POST /v1/tasks per task, for comparison
                     ]
                     results["e2e"] = [
