@@ -157,28 +157,33 @@ class Bench:
 
     def procedure_batched(self, threads: int, seconds: float, batch: int = 10) -> dict:
         """The same cycle through the batch procedures: task_submit_many, worker_claim of
-        ``batch``, attempt_start_many, attempt_result_many; one commit per call."""
+        ``batch``, attempt_start_many, attempt_result_many; one commit per call. Each thread
+        has its own queue: on one shared queue the fair share (W2) splits every claim with the
+        sessions that are between claims, and the cycle would measure that instead."""
         done = [0] * threads
         calls = [0] * threads
         stop = time.monotonic() + seconds
 
         def loop(i: int) -> None:
             d = Database(self.dsn, pool_size=1)
+            name = f"procb-{i}-{secrets.token_hex(3)}"
+            [[made]] = d.call("queue_create", self.ns, self.app, name, None, None, 3, 3600, 1, 300)
+            [queue] = d.query("SELECT id FROM queues WHERE public_id = %s", (made["queue_id"],))
             [session], _ = d.call(
                 "worker_hello",
                 self.ns,
                 self.app,
-                f"procb-{i}-{secrets.token_hex(3)}",
+                name,
                 batch,
                 1,
-                json.dumps([self.queue_public]),
+                json.dumps([made["queue_id"]]),
                 "0" * 64,
             )
             sid = session["session_id"]
             while time.monotonic() < stop:
                 items = [
                     {
-                        "queue": self.queue,
+                        "queue": queue["id"],
                         "idempotency_key": secrets.token_hex(12),
                         "fingerprint": "0" * 64,
                         "handler": "noop",
