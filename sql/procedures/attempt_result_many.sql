@@ -49,11 +49,12 @@ BEGIN
         v_task, v_duplicate);
     END item;
     SET v_out = JSON_ARRAY_APPEND(v_out, '$',
-                  JSON_OBJECT('seq', v_i, 'attempt_id', v_id, 'task', v_task, 'duplicate', v_duplicate, 'error', v_error));
+                  JSON_OBJECT('seq', v_i, 'attempt_id', v_id, 'task', COALESCE(v_task, 0),
+                              'duplicate', COALESCE(v_duplicate, 0), 'error', COALESCE(v_error, '')));
     SET v_i = v_i + 1;
   END WHILE;
   COMMIT;
-  SELECT j.seq, j.error AS item_error, j.attempt_id, t.public_id AS task_id, j.duplicate
+  SELECT j.seq, NULLIF(j.error, '') AS item_error, j.attempt_id, t.public_id AS task_id, j.duplicate
     FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
                                            attempt_id CHAR(32) PATH '$.attempt_id',
                                            task BIGINT UNSIGNED PATH '$.task',

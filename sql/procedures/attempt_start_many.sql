@@ -35,11 +35,12 @@ BEGIN
       END;
       CALL attempt_start_one(p_namespace_id, p_session_public_id, v_id, v_attempt);
     END item;
-    SET v_out = JSON_ARRAY_APPEND(v_out, '$', JSON_OBJECT('seq', v_i, 'id', v_attempt, 'error', v_error));
+    SET v_out = JSON_ARRAY_APPEND(v_out, '$', JSON_OBJECT('seq', v_i, 'id', COALESCE(v_attempt, 0),
+                                                  'error', COALESCE(v_error, '')));
     SET v_i = v_i + 1;
   END WHILE;
   COMMIT;
-  SELECT j.seq, j.error AS item_error,
+  SELECT j.seq, NULLIF(j.error, '') AS item_error,
          a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state,
          a.concurrency_token, t.concurrency_key, a.lease_expires_at, a.created_at,
          a.started_at, a.finished_at, a.outcome, a.retryable, a.result, a.error

@@ -56,11 +56,12 @@ BEGIN
         p_actor, NULL, NULL, NULL, v_task, v_created);
     END item;
     SET v_out = JSON_ARRAY_APPEND(v_out, '$',
-                  JSON_OBJECT('seq', v_i, 'task', v_task, 'created', v_created, 'error', v_error));
+                  JSON_OBJECT('seq', v_i, 'task', COALESCE(v_task, 0), 'created', COALESCE(v_created, 0),
+                              'error', COALESCE(v_error, '')));
     SET v_i = v_i + 1;
   END WHILE;
   COMMIT;
-  SELECT j.seq, j.error AS item_error, t.public_id AS task_id, j.created
+  SELECT j.seq, NULLIF(j.error, '') AS item_error, t.public_id AS task_id, j.created
     FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
                                            task BIGINT UNSIGNED PATH '$.task',
                                            created TINYINT PATH '$.created',
