@@ -41,7 +41,7 @@ BEGIN
       FROM queues WHERE id = v_queue;
     IF v_deadline IS NOT NULL AND v_deadline <= p_now THEN
       CALL task_leave_lane(p_task_id);
-      CALL task_finish(p_task_id, 'DEADLINE_EXCEEDED', NULL, NULL);
+      CALL task_finish(p_task_id, v_app, v_queue, 'DEADLINE_EXCEEDED', NULL, NULL);
       CALL history_add(p_task_id, v_ns, NULL, NULL, 'DEADLINE_EXCEEDED', 'WAITING',
                        'DEADLINE_EXCEEDED', 'system:claim', 'deadline passed while waiting');
     ELSEIF v_q_max IS NULL OR v_q_active < v_q_max THEN

@@ -13,18 +13,22 @@ BEGIN
   DECLARE v_ns BIGINT UNSIGNED;
   DECLARE v_token BIGINT UNSIGNED;
   DECLARE v_deadline DATETIME(6);
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_queue BIGINT UNSIGNED;
+  DECLARE v_session BIGINT UNSIGNED;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
 
-  SELECT a.task_id, a.state, a.namespace_id, a.concurrency_token, t.deadline_at
-    INTO v_task, v_state, v_ns, v_token, v_deadline
+  SELECT a.task_id, a.state, a.namespace_id, a.concurrency_token, t.deadline_at,
+         a.application_id, a.queue_id, a.session_id
+    INTO v_task, v_state, v_ns, v_token, v_deadline, v_app, v_queue, v_session
     FROM attempts a JOIN tasks t ON t.id = a.task_id
    WHERE a.id = p_attempt_id AND a.state IN ('LEASED', 'RUNNING') AND a.lease_expires_at <= v_now
      FOR UPDATE;
   IF v_task IS NOT NULL THEN
     IF v_state = 'LEASED' THEN
-      CALL attempt_release(p_attempt_id, 'EXPIRED');
+      CALL attempt_release(p_attempt_id, v_app, v_queue, v_session, 'EXPIRED');
       IF v_deadline IS NOT NULL AND v_deadline <= v_now THEN
-        CALL task_finish(v_task, 'DEADLINE_EXCEEDED', NULL, NULL);
+        CALL task_finish(v_task, v_app, v_queue, 'DEADLINE_EXCEEDED', NULL, NULL);
         CALL history_add(v_task, v_ns, p_attempt_id, v_token, 'LEASE_EXPIRED', 'LEASED',
                          'DEADLINE_EXCEEDED', p_actor, 'lease expired before start; deadline passed');
       ELSE
@@ -34,7 +38,7 @@ BEGIN
                          p_actor, 'lease expired before start');
       END IF;
     ELSE
-      CALL attempt_release(p_attempt_id, 'UNKNOWN');
+      CALL attempt_release(p_attempt_id, v_app, v_queue, v_session, 'UNKNOWN');
       UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, updated_at = v_now WHERE id = v_task;
       CALL history_add(v_task, v_ns, p_attempt_id, v_token, 'LEASE_EXPIRED', 'RUNNING',
                        'NEEDS_REVIEW', p_actor, 'lease expired while running; outcome unknown');

@@ -1,24 +1,22 @@
 -- attempt_release: end an attempt's permits (K6 "released in the same transaction").
 -- Helper inside the caller's transaction. The caller holds the application row and has
--- checked the attempt is LEASED or RUNNING; it passes the attempt's new state.
+-- checked the attempt is LEASED or RUNNING; it passes the attempt's application, queue and
+-- session (read already) and its new state.
 -- Deletes the QUEUE and KEY permit rows, decrements the application, queue and session
 -- counters, frees the key (holder NULL, version + 1) and promotes the next parked task.
 -- A key release whose holder is not this attempt changes nothing: a late writer never frees a
 -- key it no longer holds (Solid Queue #689/#761).
 -- Locks, in order: queues, worker_sessions, concurrency_resources, attempts, permits rows.
-CREATE PROCEDURE attempt_release(IN p_attempt_id BIGINT UNSIGNED, IN p_new_state VARCHAR(20))
+CREATE PROCEDURE attempt_release(IN p_attempt_id BIGINT UNSIGNED, IN p_app BIGINT UNSIGNED,
+                                 IN p_queue BIGINT UNSIGNED, IN p_session BIGINT UNSIGNED,
+                                 IN p_new_state VARCHAR(20))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
-  DECLARE v_app BIGINT UNSIGNED;
-  DECLARE v_queue BIGINT UNSIGNED;
-  DECLARE v_session BIGINT UNSIGNED;
   DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
 
-  SELECT application_id, queue_id, session_id INTO v_app, v_queue, v_session
-    FROM attempts WHERE id = p_attempt_id;
-  UPDATE queues SET active_attempts = active_attempts - 1 WHERE id = v_queue;
-  UPDATE worker_sessions SET in_flight = in_flight - 1 WHERE id = v_session;
+  UPDATE queues SET active_attempts = active_attempts - 1 WHERE id = p_queue;
+  UPDATE worker_sessions SET in_flight = in_flight - 1 WHERE id = p_session;
   -- The KEY permit row names the resource (uq_permits_attempt); lock it and re-check the holder.
   SELECT r.id INTO v_resource
     FROM permits p JOIN concurrency_resources r ON r.id = p.scope_id
@@ -31,7 +29,7 @@ BEGIN
   END IF;
   UPDATE attempts SET state = p_new_state, finished_at = v_now WHERE id = p_attempt_id;
   DELETE FROM permits WHERE attempt_id = p_attempt_id;
-  UPDATE applications SET active_attempts = active_attempts - 1 WHERE id = v_app;
+  UPDATE applications SET active_attempts = active_attempts - 1 WHERE id = p_app;
   IF v_resource IS NOT NULL THEN
     CALL key_promote_next(v_resource);
   END IF;

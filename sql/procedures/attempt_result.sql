@@ -11,13 +11,16 @@ CREATE PROCEDURE attempt_result(
   IN p_result MEDIUMTEXT, IN p_error MEDIUMTEXT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
+  DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_duplicate TINYINT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  CALL attempt_result_one(p_namespace_id, p_session_public_id, p_attempt_public_id, p_outcome,
+  SELECT id INTO v_session FROM worker_sessions
+   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
+  CALL attempt_result_one(p_namespace_id, v_session, p_session_public_id, p_attempt_public_id, p_outcome,
                           p_retryable, p_result, p_error, v_task, v_duplicate);
   COMMIT;
   SELECT p_attempt_public_id AS attempt_id, t.public_id AS task_id, v_duplicate AS duplicate

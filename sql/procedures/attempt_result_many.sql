@@ -18,6 +18,7 @@ BEGIN
   DECLARE v_n INT;
   DECLARE v_at VARCHAR(20);
   DECLARE v_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
+  DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_duplicate TINYINT;
   DECLARE v_error VARCHAR(512);
@@ -26,6 +27,9 @@ BEGIN
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
+  -- The session is resolved once for the batch (NULL: every item is LEASE_LOST).
+  SELECT id INTO v_session FROM worker_sessions
+   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
   SET v_n = JSON_LENGTH(p_items);
   WHILE v_i < v_n DO
     SET v_at = CONCAT('$[', v_i, ']');
@@ -39,7 +43,7 @@ BEGIN
         ROLLBACK TO SAVEPOINT batch_item;
       END;
       CALL attempt_result_one(
-        p_namespace_id, p_session_public_id, v_id,
+        p_namespace_id, v_session, p_session_public_id, v_id,
         JSON_UNQUOTE(JSON_EXTRACT(p_items, CONCAT(v_at, '.outcome'))),
         JSON_EXTRACT(p_items, CONCAT(v_at, '.retryable')),
         IF(JSON_TYPE(JSON_EXTRACT(p_items, CONCAT(v_at, '.result'))) = 'NULL', NULL,

@@ -1,6 +1,8 @@
 -- attempt_result_one: the body of attempt_result, for attempt_result and attempt_result_many.
 -- Helper inside the caller's transaction: no transaction control, no handler; errors are
--- SIGNALled to the caller. Sets p_task_id (tasks.id) and p_duplicate (1 when this exact result
+-- SIGNALled to the caller. p_session_id is the internal id of the caller's session in this
+-- namespace (NULL when there is none: every call is then LEASE_LOST), resolved once by the
+-- caller; p_session_public_id names it in the history. Sets p_task_id (tasks.id) and p_duplicate (1 when this exact result
 -- was already stored for this session: answered again, nothing changed).
 --   succeeded                                  -> attempt SUCCEEDED, task SUCCEEDED
 --   failed, retryable, attempts and deadline left -> attempt RETRY, task WAITING (DELAYED by
@@ -12,7 +14,8 @@
 -- Locks, in order: applications row, attempts row, tasks and queues rows, then those of
 --   attempt_release (queues, worker_sessions, concurrency_resources, attempts, permits rows).
 CREATE PROCEDURE attempt_result_one(
-  IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
+  IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
+  IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
   IN p_attempt_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_outcome VARCHAR(16), IN p_retryable TINYINT,
   IN p_result MEDIUMTEXT, IN p_error MEDIUMTEXT, OUT p_task_id BIGINT UNSIGNED, OUT p_duplicate TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -21,7 +24,8 @@ BEGIN
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(20);
-  DECLARE v_session CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
+  DECLARE v_session BIGINT UNSIGNED;
+  DECLARE v_queue BIGINT UNSIGNED;
   DECLARE v_expires DATETIME(6);
   DECLARE v_stored CHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_token BIGINT UNSIGNED;
@@ -50,18 +54,16 @@ BEGIN
   -- The clock is read after the first lock: a call that waited must not stamp times
   -- earlier than the change it waited for.
   SET v_now = UTC_TIMESTAMP(6);
-  SELECT task_id, state, lease_expires_at, result_sha256, concurrency_token
-    INTO v_task, v_state, v_expires, v_stored, v_token
+  SELECT task_id, state, lease_expires_at, result_sha256, concurrency_token, queue_id, session_id
+    INTO v_task, v_state, v_expires, v_stored, v_token, v_queue, v_session
     FROM attempts WHERE id = v_attempt FOR UPDATE;
-  SELECT s.public_id INTO v_session
-    FROM attempts a JOIN worker_sessions s ON s.id = a.session_id WHERE a.id = v_attempt;
 
   SET p_task_id = v_task;
-  IF v_session = p_session_public_id AND v_stored = v_fp THEN
+  IF v_session = p_session_id AND v_stored = v_fp THEN
     -- Duplicate of the stored result: answer it again, change nothing.
     SET p_duplicate = 1;
   ELSE
-    IF v_session <> p_session_public_id OR v_state NOT IN ('LEASED', 'RUNNING') OR v_expires <= v_now THEN
+    IF NOT (v_session <=> p_session_id) OR v_state NOT IN ('LEASED', 'RUNNING') OR v_expires <= v_now THEN
       SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'LEASE_LOST: attempt is no longer the current holder';
     END IF;
     IF v_state = 'LEASED' THEN
@@ -75,12 +77,12 @@ BEGIN
      WHERE id = v_attempt;
 
     IF p_outcome = 'succeeded' THEN
-      CALL attempt_release(v_attempt, 'SUCCEEDED');
-      CALL task_finish(v_task, 'SUCCEEDED', p_result, NULL);
+      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'SUCCEEDED');
+      CALL task_finish(v_task, v_app, v_queue, 'SUCCEEDED', p_result, NULL);
       CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'SUCCEEDED', 'RUNNING',
                        'SUCCEEDED', v_actor, NULL);
     ELSEIF p_outcome = 'unknown' THEN
-      CALL attempt_release(v_attempt, 'UNKNOWN');
+      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'UNKNOWN');
       UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, error = COALESCE(p_error, error),
                        updated_at = v_now
        WHERE id = v_task;
@@ -93,7 +95,7 @@ BEGIN
       SET v_available = v_now + INTERVAL ROUND(v_delay * 1000000) MICROSECOND;
       IF p_retryable = 1 AND v_started < v_max_attempts
          AND (v_deadline IS NULL OR v_available < v_deadline) THEN
-        CALL attempt_release(v_attempt, 'RETRY');
+        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'RETRY');
         UPDATE tasks SET state = 'WAITING', available_at = v_available,
                          error = COALESCE(p_error, error), updated_at = v_now
          WHERE id = v_task;
@@ -101,8 +103,8 @@ BEGIN
         CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'RETRY_SCHEDULED', 'RUNNING',
                          'WAITING', v_actor, CONCAT('retry after ', ROUND(v_delay, 3), 's'));
       ELSE
-        CALL attempt_release(v_attempt, 'FAILED');
-        CALL task_finish(v_task, 'FAILED', NULL, p_error);
+        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'FAILED');
+        CALL task_finish(v_task, v_app, v_queue, 'FAILED', NULL, p_error);
         CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'FAILED', 'RUNNING', 'FAILED',
                          v_actor, IF(p_retryable = 1, 'attempts or deadline exhausted', NULL));
       END IF;

@@ -8,11 +8,15 @@ CREATE PROCEDURE attempt_start(IN p_namespace_id BIGINT UNSIGNED, IN p_session_p
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_attempt BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  CALL attempt_start_one(p_namespace_id, p_session_public_id, p_attempt_public_id, v_attempt);
+  SELECT id INTO v_session FROM worker_sessions
+   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
+  CALL attempt_start_one(p_namespace_id, v_session, p_session_public_id, p_attempt_public_id,
+                         v_attempt);
   COMMIT;
   CALL attempt_detail(v_attempt);
 END

@@ -16,12 +16,16 @@ BEGIN
   DECLARE v_n INT;
   DECLARE v_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_attempt BIGINT UNSIGNED;
+  DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_error VARCHAR(512);
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
+  -- The session is resolved once for the batch (NULL: every item is LEASE_LOST).
+  SELECT id INTO v_session FROM worker_sessions
+   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
   SET v_n = JSON_LENGTH(p_attempt_ids);
   WHILE v_i < v_n DO
     SET v_id = JSON_UNQUOTE(JSON_EXTRACT(p_attempt_ids, CONCAT('$[', v_i, ']')));
@@ -33,7 +37,7 @@ BEGIN
         GET DIAGNOSTICS CONDITION 1 v_error = MESSAGE_TEXT;
         ROLLBACK TO SAVEPOINT batch_item;
       END;
-      CALL attempt_start_one(p_namespace_id, p_session_public_id, v_id, v_attempt);
+      CALL attempt_start_one(p_namespace_id, v_session, p_session_public_id, v_id, v_attempt);
     END item;
     SET v_out = JSON_ARRAY_APPEND(v_out, '$', JSON_OBJECT('seq', v_i, 'id', COALESCE(v_attempt, 0),
                                                   'error', COALESCE(v_error, '')));

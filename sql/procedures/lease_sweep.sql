@@ -13,6 +13,7 @@ CREATE PROCEDURE lease_sweep(IN p_limit INT UNSIGNED)
 BEGIN
   DECLARE v_next BIGINT UNSIGNED;
   DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_queue BIGINT UNSIGNED;
   DECLARE v_ns BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(20);
   DECLARE v_recovered INT DEFAULT 0;
@@ -55,7 +56,7 @@ BEGIN
   SET v_last = 0;
   deadline_loop: LOOP
     SET v_next = NULL;
-    SELECT id, application_id, namespace_id INTO v_next, v_app, v_ns FROM tasks
+    SELECT id, application_id, namespace_id, queue_id INTO v_next, v_app, v_ns, v_queue FROM tasks
      WHERE lane IN ('READY', 'DELAYED', 'BLOCKED') AND deadline_at <= UTC_TIMESTAMP(6)
        AND id > v_last
      ORDER BY id LIMIT 1;
@@ -65,7 +66,7 @@ BEGIN
     SELECT state INTO v_state FROM tasks WHERE id = v_next FOR UPDATE;
     IF v_state = 'WAITING' THEN
       CALL task_leave_lane(v_next);
-      CALL task_finish(v_next, 'DEADLINE_EXCEEDED', NULL, NULL);
+      CALL task_finish(v_next, v_app, v_queue, 'DEADLINE_EXCEEDED', NULL, NULL);
       CALL history_add(v_next, v_ns, NULL, NULL, 'DEADLINE_EXCEEDED', 'WAITING',
                        'DEADLINE_EXCEEDED', 'system:sweeper', 'deadline passed while waiting');
     END IF;

@@ -13,6 +13,8 @@ CREATE PROCEDURE task_cancel(IN p_namespace_id BIGINT UNSIGNED, IN p_task_public
 BEGIN
   DECLARE v_task BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_queue BIGINT UNSIGNED;
+  DECLARE v_session BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(20);
   DECLARE v_attempt BIGINT UNSIGNED;
   DECLARE v_attempt_state VARCHAR(20);
@@ -20,25 +22,26 @@ BEGIN
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-  SELECT id, application_id INTO v_task, v_app FROM tasks
+  SELECT id, application_id, queue_id INTO v_task, v_app, v_queue FROM tasks
    WHERE public_id = p_task_public_id AND namespace_id = p_namespace_id;
   IF v_task IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: task not found';
   END IF;
   START TRANSACTION;
   SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
-  SELECT a.id, a.state, a.concurrency_token INTO v_attempt, v_attempt_state, v_token
+  SELECT a.id, a.state, a.concurrency_token, a.session_id
+    INTO v_attempt, v_attempt_state, v_token, v_session
     FROM tasks t JOIN attempts a ON a.id = t.current_attempt_id
    WHERE t.id = v_task FOR UPDATE;
   SELECT state INTO v_state FROM tasks WHERE id = v_task FOR UPDATE;
   IF v_state = 'WAITING' THEN
     CALL task_leave_lane(v_task);
-    CALL task_finish(v_task, 'CANCELLED', NULL, NULL);
+    CALL task_finish(v_task, v_app, v_queue, 'CANCELLED', NULL, NULL);
     CALL history_add(v_task, p_namespace_id, NULL, NULL, 'CANCELLED', 'WAITING', 'CANCELLED',
                      p_actor, NULL);
   ELSEIF v_state = 'LEASED' AND v_attempt_state = 'LEASED' THEN
-    CALL attempt_release(v_attempt, 'CANCELLED');
-    CALL task_finish(v_task, 'CANCELLED', NULL, NULL);
+    CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'CANCELLED');
+    CALL task_finish(v_task, v_app, v_queue, 'CANCELLED', NULL, NULL);
     CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'CANCELLED', 'LEASED',
                      'CANCELLED', p_actor, 'cancelled before start; permits released');
   ELSE

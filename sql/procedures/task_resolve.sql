@@ -11,6 +11,7 @@ CREATE PROCEDURE task_resolve(IN p_namespace_id BIGINT UNSIGNED, IN p_task_publi
 BEGIN
   DECLARE v_task BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_queue BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(20);
   DECLARE v_started INT UNSIGNED;
   DECLARE v_now DATETIME(6);
@@ -20,7 +21,7 @@ BEGIN
   IF p_to_state NOT IN ('SUCCEEDED', 'FAILED', 'WAITING') THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INVALID_ARGUMENT: state must be SUCCEEDED, FAILED or WAITING';
   END IF;
-  SELECT id, application_id INTO v_task, v_app FROM tasks
+  SELECT id, application_id, queue_id INTO v_task, v_app, v_queue FROM tasks
    WHERE public_id = p_task_public_id AND namespace_id = p_namespace_id;
   IF v_task IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: task not found';
@@ -41,7 +42,7 @@ BEGIN
      WHERE id = v_task;
     CALL task_enter_lane(v_task);
   ELSE
-    CALL task_finish(v_task, p_to_state, NULL, NULL);
+    CALL task_finish(v_task, v_app, v_queue, p_to_state, NULL, NULL);
   END IF;
   CALL history_add(v_task, p_namespace_id, NULL, NULL, 'RESOLVED', 'NEEDS_REVIEW', p_to_state,
                    p_actor, p_note);
