@@ -5,7 +5,7 @@
 --   unkeyed                              -> READY
 --   keyed, key free, no candidate, queue ACTIVE -> READY and the key's candidate
 --   otherwise                            -> BLOCKED (parked; promoted by a release)
--- Locks: the key's concurrency_resources row, created on first use (never deleted, K7).
+-- Locks: the key's concurrency_resources row (key_lane: created on first use, never deleted, K7).
 CREATE PROCEDURE task_enter_lane(IN p_task_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -14,8 +14,7 @@ BEGIN
   DECLARE v_available DATETIME(6);
   DECLARE v_queue_state VARCHAR(10);
   DECLARE v_resource BIGINT UNSIGNED;
-  DECLARE v_holder BIGINT UNSIGNED;
-  DECLARE v_candidate BIGINT UNSIGNED;
+  DECLARE v_lane VARCHAR(10);
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
 
   SELECT t.namespace_id, t.concurrency_key, t.available_at, q.state
@@ -27,17 +26,10 @@ BEGIN
   ELSEIF v_key = '' THEN
     UPDATE tasks SET lane = 'READY' WHERE id = p_task_id;
   ELSE
-    INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
-      VALUES (v_ns, v_key, v_now, v_now)
-      ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
-    SET v_resource = LAST_INSERT_ID();
-    SELECT holder_attempt_id, candidate_task_id INTO v_holder, v_candidate
-      FROM concurrency_resources WHERE id = v_resource FOR UPDATE;
-    IF v_holder IS NULL AND v_candidate IS NULL AND v_queue_state = 'ACTIVE' THEN
-      UPDATE tasks SET lane = 'READY' WHERE id = p_task_id;
+    CALL key_lane(v_ns, v_key, v_queue_state, v_resource, v_lane);
+    UPDATE tasks SET lane = v_lane WHERE id = p_task_id;
+    IF v_lane = 'READY' THEN
       UPDATE concurrency_resources SET candidate_task_id = p_task_id WHERE id = v_resource;
-    ELSE
-      UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
     END IF;
   END IF;
 END

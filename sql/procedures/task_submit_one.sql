@@ -35,8 +35,6 @@ BEGIN
   DECLARE v_q_state VARCHAR(10);
   DECLARE v_lane VARCHAR(10);
   DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
-  DECLARE v_holder BIGINT UNSIGNED;
-  DECLARE v_candidate BIGINT UNSIGNED;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_now DATETIME(6);
 
@@ -76,15 +74,7 @@ BEGIN
     -- now), so the new row's lane indexes are written once rather than inserted and updated.
     SET v_lane = 'READY';
     IF p_concurrency_key <> '' THEN
-      INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
-        VALUES (p_namespace_id, p_concurrency_key, v_now, v_now)
-        ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
-      SET v_resource = LAST_INSERT_ID();
-      SELECT holder_attempt_id, candidate_task_id INTO v_holder, v_candidate
-        FROM concurrency_resources WHERE id = v_resource FOR UPDATE;
-      IF v_holder IS NOT NULL OR v_candidate IS NOT NULL OR v_q_state <> 'ACTIVE' THEN
-        SET v_lane = 'BLOCKED';
-      END IF;
+      CALL key_lane(p_namespace_id, p_concurrency_key, v_q_state, v_resource, v_lane);
     END IF;
 
     INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, idempotency_key,

@@ -1,0 +1,25 @@
+-- key_lane: the lane of a WAITING keyed task that is available now, and its key's row.
+-- Helper inside the caller's transaction (task_enter_lane, task_submit_one): the one place of
+-- the parking rule. Creates the key's concurrency_resources row on first use (never deleted,
+-- K7) and locks it. READY when the key has no holder and no candidate and the task's queue is
+-- ACTIVE (the caller then makes the task the key's candidate), else BLOCKED (parked until a
+-- release promotes it).
+-- Locks: the key's concurrency_resources row.
+CREATE PROCEDURE key_lane(IN p_namespace_id BIGINT UNSIGNED,
+                          IN p_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
+                          IN p_queue_state VARCHAR(10), OUT p_resource_id BIGINT UNSIGNED,
+                          OUT p_lane VARCHAR(10))
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_holder BIGINT UNSIGNED;
+  DECLARE v_candidate BIGINT UNSIGNED;
+  DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+  INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
+    VALUES (p_namespace_id, p_key, v_now, v_now)
+    ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
+  SET p_resource_id = LAST_INSERT_ID();
+  SELECT holder_attempt_id, candidate_task_id INTO v_holder, v_candidate
+    FROM concurrency_resources WHERE id = p_resource_id FOR UPDATE;
+  SET p_lane = IF(v_holder IS NULL AND v_candidate IS NULL AND p_queue_state = 'ACTIVE',
+                  'READY', 'BLOCKED');
+END
