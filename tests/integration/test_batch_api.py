@@ -9,6 +9,7 @@ import unicodedata
 
 import pytest
 
+from orbit_shell import auth, db
 from orbit_shell.api.guard import SubmitGuard
 from tests.helpers import Session, submit, task_body
 
@@ -239,3 +240,77 @@ def test_keys_and_payloads_cross_the_batch_byte_for_byte(client, tenant):
     # Two keys, so both are claimable at once.
     claimed = Session(client, tenant).claim(max=4)
     assert sorted(a["task"]["concurrency_key"] for a in claimed) == sorted([nfc, nfd])
+
+
+def limited_credential(database, tenant, scopes: str) -> dict[str, str]:
+    """A credential of the tenant's namespace limited to its first queue."""
+    token, public_id, digest = auth.new_token()
+    [row] = database.query(
+        "SELECT * FROM credentials WHERE public_id = %s", (tenant.token.split("_")[1],)
+    )
+    conn = db.connect(database.dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO credentials (public_id, application_id, environment_id, "
+                "namespace_id, secret_sha256, scopes, all_queues, created_at) VALUES "
+                "(%s, %s, %s, %s, %s, %s, 0, UTC_TIMESTAMP(6))",
+                (
+                    public_id,
+                    row["application_id"],
+                    row["environment_id"],
+                    row["namespace_id"],
+                    digest,
+                    scopes,
+                ),
+            )
+            cur.execute(
+                "INSERT INTO credential_queues SELECT LAST_INSERT_ID(), id FROM queues "
+                "WHERE public_id = %s",
+                (tenant.queue_id,),
+            )
+    finally:
+        conn.close()
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_items_outside_the_credentials_queues_are_not_found_and_untouched(client, database, tenant):
+    second = client.simulate_post(
+        "/v1/queues", json={"name": "second"}, headers=tenant.headers
+    ).json["data"]["queue_id"]
+    limited = limited_credential(
+        database, tenant, "tasks:submit,tasks:read,workers:connect,workers:consume"
+    )
+    submitted = client.simulate_post(
+        "/v1/tasks/batch",
+        headers=limited,
+        json={"tasks": [item(tenant), {**item(tenant), "queue_id": second}]},
+    ).json["data"]["results"]
+    assert [r["status"] for r in submitted] == [201, 404]
+    assert count_tasks(database, tenant) == 1
+
+    # An attempt of the second queue, claimed by a session of a full credential.
+    submit(client, tenant, None, 201, queue_id=second)
+    outsider = Session(client, tenant, queue_ids=[second])
+    [theirs] = outsider.claim()
+    mine = Session(client, tenant)
+    [own] = mine.claim()
+    started = client.simulate_post(
+        "/v1/attempts/start",
+        headers=limited,
+        json={"session_id": mine.id, "attempt_ids": [theirs["attempt_id"], own["attempt_id"]]},
+    ).json["data"]["results"]
+    assert [r["status"] for r in started] == [404, 200]
+    reported = client.simulate_post(
+        "/v1/attempts/result",
+        headers=limited,
+        json={
+            "session_id": outsider.id,
+            "results": [{"attempt_id": theirs["attempt_id"], "outcome": "succeeded"}],
+        },
+    ).json["data"]["results"]
+    assert reported[0]["error"]["code"] == "NOT_FOUND"
+    still = client.simulate_get(
+        f"/v1/tasks/{theirs['task']['task_id']}", headers=tenant.headers
+    ).json["data"]
+    assert still["state"] == "LEASED"
