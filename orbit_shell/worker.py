@@ -2,8 +2,8 @@
 
 A :class:`Worker` says hello once, claims with a bounded long poll, confirms **start** before a
 handler runs, renews leases in the background, reports results and drains on shutdown. What
-one claim returned is started in one request, and outcomes are reported in batches (whatever
-finished while the previous report was in flight), each attempt keeping its own answer::
+one claim returned is started in one request, and outcomes are reported in batches (what
+finishes within ``report_linger`` of the first), each attempt keeping its own answer::
 
     worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
 
