@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import falcon
 
-from .. import batches, errors, serialize, validation
-from .common import item, ok, read_json, scope
+from .. import batches, serialize, validation
+from .common import in_scope_batch, item, ok, read_json, scope
 
 
 class Attempts:
@@ -49,43 +49,32 @@ class Attempts:
     def on_post_start_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "workers:consume")
         body = read_json(req, validation.ATTEMPT_START_BATCH, self.max_body)
-        ids = body["attempt_ids"]
-        answers = scoped_batch(
-            s,
-            ids,
-            ids,
-            lambda chosen: batches.start_many(s.db, s.namespace_id, body["session_id"], chosen),
+
+        def prepare(attempt_id: str) -> str:
+            s.check_attempt_queue(attempt_id)
+            return attempt_id
+
+        answers = in_scope_batch(
+            body["attempt_ids"],
+            prepare,
+            lambda ids: batches.start_many(s.db, s.namespace_id, body["session_id"], ids),
         )
         ok(req, resp, {"results": [item(a) for a in answers]})
 
     def on_post_result_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "workers:consume")
         body = read_json(req, validation.ATTEMPT_RESULT_BATCH, self.max_body)
-        results = body["results"]
-        answers = scoped_batch(
-            s,
-            [r["attempt_id"] for r in results],
-            results,
+
+        def prepare(result: dict) -> dict:
+            s.check_attempt_queue(result["attempt_id"])
+            return result
+
+        answers = in_scope_batch(
+            body["results"],
+            prepare,
             lambda chosen: batches.result_many(s.db, s.namespace_id, body["session_id"], chosen),
         )
         ok(req, resp, {"results": [item(a) for a in answers]})
-
-
-def scoped_batch(s, attempt_ids: list[str], items: list, run) -> list:
-    """Items whose attempt is outside the credential's queue scope answer NOT_FOUND and are not
-    sent; the rest go to ``run`` in one call. Answers come back in the request's order."""
-    answers: list = [None] * len(items)
-    chosen = []
-    for i, attempt_id in enumerate(attempt_ids):
-        try:
-            s.check_attempt_queue(attempt_id)
-            chosen.append(i)
-        except errors.NotFound as exc:
-            answers[i] = exc
-    if chosen:
-        for i, answer in zip(chosen, run([items[i] for i in chosen]), strict=True):
-            answers[i] = answer
-    return answers
 
 
 def report(s, session_id: str, attempt_id: str, body: dict) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import falcon
@@ -56,3 +57,23 @@ def item(answer: Any, status: int = 200) -> dict[str, Any]:
             "error": {"code": answer.code, "message": answer.message, "details": answer.details},
         }
     return {"status": status, "data": answer}
+
+
+def in_scope_batch(
+    items: list[Any], prepare: Callable[[Any], Any], run: Callable[[list[Any]], list[Any]]
+) -> list[Any]:
+    """Answers of a batch in the request's order. ``prepare`` checks an item against the
+    credential's scope and returns what to send for it; an item it answers NOT_FOUND for is
+    never sent. The rest go to ``run`` in one call."""
+    answers: list[Any] = [None] * len(items)
+    chosen, prepared = [], []
+    for i, one in enumerate(items):
+        try:
+            prepared.append(prepare(one))
+            chosen.append(i)
+        except errors.NotFound as exc:
+            answers[i] = exc
+    if prepared:
+        for i, answer in zip(chosen, run(prepared), strict=True):
+            answers[i] = answer
+    return answers

@@ -6,7 +6,7 @@ import falcon
 
 from .. import batches, errors, serialize, validation
 from ..scoped import MAX_PAGE, decode_cursor, encode_cursor
-from .common import item, ok, read_json, scope
+from .common import in_scope_batch, item, ok, read_json, scope
 from .guard import SubmitGuard
 
 STATES = (
@@ -41,23 +41,19 @@ class Tasks:
         s = scope(req, "tasks:submit")
         body = read_json(req, validation.TASK_BATCH, self.max_body)
         self.guard.take(s.principal.credential_id, len(body["tasks"]))
-        answers: list = [None] * len(body["tasks"])
         queues: dict[str, dict] = {}
-        chosen, items = [], []
-        for i, task in enumerate(body["tasks"]):
+
+        def prepare(task: dict) -> tuple[int, str, dict]:
+            if task["queue_id"] not in queues:
+                queues[task["queue_id"]] = s.queue(task["queue_id"])  # NOT_FOUND out of scope
             key = task.pop("idempotency_key")
-            try:
-                if task["queue_id"] not in queues:
-                    queues[task["queue_id"]] = s.queue(task["queue_id"])
-            except errors.NotFound as exc:
-                answers[i] = exc
-                continue
-            chosen.append(i)
-            items.append((queues[task["queue_id"]]["id"], key, task))
-        if items:
-            done = batches.submit_many(s.db, s.namespace_id, s.principal.actor, items)
-            for i, answer in zip(chosen, done, strict=True):
-                answers[i] = answer
+            return queues[task["queue_id"]]["id"], key, task
+
+        answers = in_scope_batch(
+            body["tasks"],
+            prepare,
+            lambda chosen: batches.submit_many(s.db, s.namespace_id, s.principal.actor, chosen),
+        )
         ok(
             req,
             resp,
