@@ -5,6 +5,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from orbit_shell import auth, db
+
 
 def task_body(queue_id: str, **fields: Any) -> dict[str, Any]:
     body = {
@@ -70,3 +72,35 @@ class Session:
 
     def finish(self, attempt_id: str, outcome: str = "succeeded", **body):
         return self.call(attempt_id, "result", outcome=outcome, **body)
+
+
+def limited_credential(database, tenant, scopes: str) -> dict[str, str]:
+    """A credential of the tenant's namespace limited to its first queue."""
+    token, public_id, digest = auth.new_token()
+    [row] = database.query(
+        "SELECT * FROM credentials WHERE public_id = %s", (tenant.token.split("_")[1],)
+    )
+    conn = db.connect(database.dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO credentials (public_id, application_id, environment_id, "
+                "namespace_id, secret_sha256, scopes, all_queues, created_at) VALUES "
+                "(%s, %s, %s, %s, %s, %s, 0, UTC_TIMESTAMP(6))",
+                (
+                    public_id,
+                    row["application_id"],
+                    row["environment_id"],
+                    row["namespace_id"],
+                    digest,
+                    scopes,
+                ),
+            )
+            cur.execute(
+                "INSERT INTO credential_queues SELECT LAST_INSERT_ID(), id FROM queues "
+                "WHERE public_id = %s",
+                (tenant.queue_id,),
+            )
+    finally:
+        conn.close()
+    return {"Authorization": f"Bearer {token}"}

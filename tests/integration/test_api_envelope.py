@@ -9,11 +9,11 @@ import json
 import pytest
 from falcon import testing
 
-from orbit_shell import auth
 from orbit_shell.api.app import create_app
 from orbit_shell.cli.admin import bootstrap
 from orbit_shell.config import Config
 from orbit_shell.db import Database
+from tests.helpers import limited_credential
 
 
 def _assert_error(result, status, code):
@@ -154,35 +154,7 @@ def test_queue_scope_limits_a_credential(client, tenant, database, tmp_path):
     assert other.status_code == 201
     second = other.json["data"]["queue_id"]
     # A credential of the same namespace limited to the first queue.
-    token, public_id, digest = auth.new_token()
-    [row] = database.query(
-        "SELECT * FROM credentials WHERE public_id = %s", (tenant.token.split("_")[1],)
-    )
-    from orbit_shell import db
-
-    conn = db.connect(database.dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "INSERT INTO credentials (public_id, application_id, environment_id, "
-                "namespace_id, secret_sha256, scopes, all_queues, created_at) VALUES "
-                "(%s, %s, %s, %s, %s, 'tasks:read,queues:manage', 0, UTC_TIMESTAMP(6))",
-                (
-                    public_id,
-                    row["application_id"],
-                    row["environment_id"],
-                    row["namespace_id"],
-                    digest,
-                ),
-            )
-            cur.execute(
-                "INSERT INTO credential_queues SELECT LAST_INSERT_ID(), id FROM queues "
-                "WHERE public_id = %s",
-                (tenant.queue_id,),
-            )
-    finally:
-        conn.close()
-    limited = {"Authorization": f"Bearer {token}"}
+    limited = limited_credential(database, tenant, "tasks:read,queues:manage")
     assert client.simulate_get(f"/v1/queues/{tenant.queue_id}", headers=limited).status_code == 200
     _assert_error(client.simulate_get(f"/v1/queues/{second}", headers=limited), 404, "NOT_FOUND")
     assert [

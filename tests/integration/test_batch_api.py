@@ -9,9 +9,8 @@ import unicodedata
 
 import pytest
 
-from orbit_shell import auth, db
 from orbit_shell.api.guard import SubmitGuard
-from tests.helpers import Session, submit, task_body
+from tests.helpers import Session, limited_credential, submit, task_body
 
 
 def batch_submit(client, tenant, items, expect=200):
@@ -240,38 +239,6 @@ def test_keys_and_payloads_cross_the_batch_byte_for_byte(client, tenant):
     # Two keys, so both are claimable at once.
     claimed = Session(client, tenant).claim(max=4)
     assert sorted(a["task"]["concurrency_key"] for a in claimed) == sorted([nfc, nfd])
-
-
-def limited_credential(database, tenant, scopes: str) -> dict[str, str]:
-    """A credential of the tenant's namespace limited to its first queue."""
-    token, public_id, digest = auth.new_token()
-    [row] = database.query(
-        "SELECT * FROM credentials WHERE public_id = %s", (tenant.token.split("_")[1],)
-    )
-    conn = db.connect(database.dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "INSERT INTO credentials (public_id, application_id, environment_id, "
-                "namespace_id, secret_sha256, scopes, all_queues, created_at) VALUES "
-                "(%s, %s, %s, %s, %s, %s, 0, UTC_TIMESTAMP(6))",
-                (
-                    public_id,
-                    row["application_id"],
-                    row["environment_id"],
-                    row["namespace_id"],
-                    digest,
-                    scopes,
-                ),
-            )
-            cur.execute(
-                "INSERT INTO credential_queues SELECT LAST_INSERT_ID(), id FROM queues "
-                "WHERE public_id = %s",
-                (tenant.queue_id,),
-            )
-    finally:
-        conn.close()
-    return {"Authorization": f"Bearer {token}"}
 
 
 def test_items_outside_the_credentials_queues_are_not_found_and_untouched(client, database, tenant):
