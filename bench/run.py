@@ -210,8 +210,8 @@ class Bench:
                         "attempt_id": a,
                         "outcome": "succeeded",
                         "retryable": 0,
-                        "result": None,
-                        "error": None,
+                        "result": "",
+                        "error": "",
                     }
                     for a in ids
                 ]

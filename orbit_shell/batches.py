@@ -32,8 +32,9 @@ def submit_many(
             "business_key": body["business_key"],
             "concurrency_key": body["concurrency_key"],
             "priority": body["priority"],
-            "max_attempts": body["max_attempts"],
-            "deadline_seconds": body["deadline_seconds"],
+            # 0 for none (both are at least 1): no JSON nulls reach JSON_TABLE.
+            "max_attempts": body["max_attempts"] or 0,
+            "deadline_seconds": body["deadline_seconds"] or 0,
         }
         for queue, key, body in items
     ]
@@ -85,8 +86,10 @@ def result_many(
     ]
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None else validation.canonical_json(value)
+def _text(value: Any) -> str:
+    # '' for none: JSON text is never empty, and the procedure then never reads a JSON null
+    # through JSON_TABLE (where MySQL 8 and MariaDB may differ).
+    return "" if value is None else validation.canonical_json(value)
 
 
 def _json(wire: list[dict[str, Any]]) -> str:

@@ -204,8 +204,8 @@ def cases(eng, s):
                             "attempt_id": s["running"],
                             "outcome": "succeeded",
                             "retryable": 0,
-                            "result": None,
-                            "error": None,
+                            "result": "",
+                            "error": "",
                         }
                     ]
                 ),

@@ -5,9 +5,15 @@
 --   (validated by the shell).
 -- Result set, one row per item in order: seq, item_error ('CODE: message' or NULL), then the
 --   attempt_detail columns (NULL on error).
--- Locks: per item, in order, those of attempt_start_one. Deadlocks and lock-wait timeouts are
--- not item errors: they roll back the whole batch (outer handler) and the shell retries it.
--- JSON_TABLE and GET DIAGNOSTICS exist in MySQL 8.0 and MariaDB 10.6 alike.
+--
+-- Two paths with one outcome. The common item, a LEASED attempt of this session whose lease
+-- has not expired, named once in the batch, is started set-based (attempt and task RUNNING,
+-- one STARTED history row each): a statement per step for the group instead of ~5 per item.
+-- Every other item goes through attempt_start_one in order behind its savepoint.
+-- Locks: the items' attempts rows, then their tasks rows; then per remaining item those of
+-- attempt_start_one. Deadlocks and lock-wait timeouts are not item errors: they roll back the
+-- whole batch (outer handler) and the shell retries it.
+-- JSON_TABLE, JSON_ARRAYAGG and GET DIAGNOSTICS exist in MySQL 8.0 and MariaDB 10.6 alike.
 CREATE PROCEDURE attempt_start_many(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                     IN p_attempt_ids MEDIUMTEXT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -18,16 +24,68 @@ BEGIN
   DECLARE v_attempt BIGINT UNSIGNED;
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_error VARCHAR(512);
+  DECLARE v_fast INT DEFAULT 0;
+  DECLARE v_fast_seqs TEXT DEFAULT '';
+  DECLARE v_ignored BIGINT;
+  DECLARE v_now DATETIME(6);
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+  -- Temporary tables are per connection; created outside the transaction because some DDL
+  -- commits implicitly. InnoDB, not MEMORY: a transaction that changed a non-transactional
+  -- table is never chosen as a deadlock victim, so the other transaction would be.
+  CREATE TEMPORARY TABLE IF NOT EXISTS start_fast (
+    seq INT NOT NULL PRIMARY KEY, attempt_id BIGINT UNSIGNED NOT NULL,
+    task_id BIGINT UNSIGNED NOT NULL, token BIGINT UNSIGNED NOT NULL
+  ) ENGINE=InnoDB;
+  DELETE FROM start_fast;
+
   START TRANSACTION;
   -- The session is resolved once for the batch (NULL: every item is LEASE_LOST).
   SELECT id INTO v_session FROM worker_sessions
    WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
+  IF v_session IS NOT NULL THEN
+    SELECT COUNT(*) INTO v_ignored
+      FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
+             id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) j
+      STRAIGHT_JOIN attempts a ON a.public_id = j.id AND a.namespace_id = p_namespace_id
+       FOR UPDATE;
+    -- The clock is read after the locks: a call that waited must not stamp times earlier than
+    -- the change it waited for.
+    SET v_now = UTC_TIMESTAMP(6);
+    INSERT INTO start_fast (seq, attempt_id, task_id, token)
+    SELECT j.seq - 1, a.id, a.task_id, a.concurrency_token
+      FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
+             seq FOR ORDINALITY, id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) j
+      STRAIGHT_JOIN attempts a ON a.public_id = j.id AND a.namespace_id = p_namespace_id
+     WHERE a.session_id = v_session AND a.state = 'LEASED' AND a.lease_expires_at > v_now
+       AND (SELECT COUNT(*) FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
+              other CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) o
+             WHERE o.other = j.id) = 1;
+    SET v_fast = ROW_COUNT();
+  END IF;
+  IF v_fast > 0 THEN
+    -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
+    UPDATE start_fast f STRAIGHT_JOIN attempts a ON a.id = f.attempt_id
+       SET a.state = 'RUNNING', a.started_at = v_now;
+    UPDATE start_fast f STRAIGHT_JOIN tasks t ON t.id = f.task_id
+       SET t.state = 'RUNNING', t.updated_at = v_now;
+    INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
+                              from_state, to_state, actor, details, created_at)
+    SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'STARTED', 'LEASED', 'RUNNING',
+           CONCAT('session:', p_session_public_id), NULL, v_now
+      FROM start_fast ORDER BY seq;
+    SELECT GROUP_CONCAT(seq), JSON_ARRAYAGG(JSON_OBJECT('seq', seq, 'id', attempt_id, 'error', ''))
+      INTO v_fast_seqs, v_out FROM start_fast;
+  END IF;
+
   SET v_n = JSON_LENGTH(p_attempt_ids);
-  WHILE v_i < v_n DO
+  batch_items: WHILE v_i < v_n DO
+    IF v_fast > 0 AND FIND_IN_SET(v_i, v_fast_seqs) > 0 THEN
+      SET v_i = v_i + 1;
+      ITERATE batch_items;
+    END IF;
     SET v_id = JSON_UNQUOTE(JSON_EXTRACT(p_attempt_ids, CONCAT('$[', v_i, ']')));
     SET v_attempt = NULL, v_error = NULL;
     SAVEPOINT batch_item;
@@ -42,7 +100,7 @@ BEGIN
     SET v_out = JSON_ARRAY_APPEND(v_out, '$', JSON_OBJECT('seq', v_i, 'id', COALESCE(v_attempt, 0),
                                                   'error', COALESCE(v_error, '')));
     SET v_i = v_i + 1;
-  END WHILE;
+  END WHILE batch_items;
   COMMIT;
   SELECT j.seq, NULLIF(j.error, '') AS item_error,
          a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state,
