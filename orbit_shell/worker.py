@@ -3,7 +3,8 @@
 A :class:`Worker` says hello once, claims with a bounded long poll, confirms **start** before a
 handler runs, renews leases in the background, reports results and drains on shutdown. What
 one claim returned is started in one request, and outcomes are reported in batches (what
-finishes within ``report_linger`` of the first), each attempt keeping its own answer::
+finishes within ``report_linger`` of the first, sent at once when nothing else is in flight),
+each attempt keeping its own answer::
 
     worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
 
@@ -149,7 +150,8 @@ class Worker:
         wait_ms: long-poll wait of a claim.
         drain_timeout: seconds in-flight work may take to finish when draining.
         report_linger: seconds a finished outcome waits for others to share its report (the
-            handlers of one claim tend to finish together; one request beats several).
+            handlers of one claim tend to finish together; one request beats several). A
+            report goes at once when it holds everything in flight: nothing else could join.
     """
 
     def __init__(
@@ -365,14 +367,15 @@ class Worker:
 
     def _report_loop(self) -> None:
         """Send the handlers' outcomes in order: each report carries what finished within
-        ``report_linger`` of the first one (up to 100)."""
+        ``report_linger`` of the first one (up to 100), or goes as soon as it holds every
+        attempt in flight (a slot is freed only after its report, so those are all there is)."""
         while True:
             first = self._reports.get()
             if first is None:
                 return
             batch = [first]
             linger = time.monotonic() + self.report_linger
-            while len(batch) < 100:
+            while len(batch) < 100 and len(batch) < len(self.inflight):
                 try:
                     item = self._reports.get(timeout=max(0.0, linger - time.monotonic()))
                 except queue.Empty:

@@ -165,12 +165,13 @@ BEGIN
     SELECT active_attempts INTO v_app_active FROM applications WHERE id = v_app;
     SET v_take = LEAST(v_cap, IF(v_app_max IS NULL, v_cap,
                                  GREATEST(CAST(v_app_max AS SIGNED) - CAST(v_app_active AS SIGNED), 0)));
-    IF v_take > 0 THEN
+    IF v_take > 1 THEN
       -- Fast path: when each of the first v_take candidates would be granted by attempt_grant
       -- (still READY, deadline ahead, its queue has room for this claim's grants, its key free
       -- with this task as candidate and token space left), they are granted set-based, a
       -- statement per step instead of ~12 per grant, with attempt_grant's effects. Otherwise
-      -- the loop below grants one by one, skipping what attempt_grant refuses.
+      -- the loop below grants one by one, skipping what attempt_grant refuses. A single grant
+      -- always takes the loop: the set-based steps cost more than one attempt_grant.
       UPDATE claim_candidates SET take = 1 ORDER BY priority, task_id LIMIT v_take;
       -- STRAIGHT_JOIN: from the candidates to their rows, never from a key to its (parked) tasks.
       SELECT COUNT(*) INTO v_ignored
@@ -204,7 +205,7 @@ BEGIN
          WHERE q.max_concurrency IS NOT NULL AND q.active_attempts + c.n > q.max_concurrency;
       END IF;
     END IF;
-    IF v_take > 0 AND v_bad = 0 THEN
+    IF v_take > 1 AND v_bad = 0 THEN
       INSERT INTO attempts (public_id, task_id, namespace_id, application_id, queue_id,
                             session_id, attempt_number, concurrency_token, state,
                             lease_expires_at, created_at)

@@ -201,6 +201,17 @@ def test_batched_submissions_and_batched_worker_calls(make_worker, api):
     transport.goodbye(hello.session_id)
 
 
+def test_a_report_holding_everything_in_flight_is_sent_without_lingering(make_worker, api):
+    """With a linger far longer than the wait below, the tasks still finish: each report holds
+    every attempt in flight, so nothing could join it and it goes at once."""
+    q = api.create_queue("linger").queue_id
+    worker = make_worker([q], capacity=2, report_linger=600)
+    worker.register("job", "v1", lambda event: event.payload["n"])
+    worker.start()
+    ids = [_submit(api, q) for _ in range(5)]
+    assert set(_wait(api, ids, timeout=30).values()) == {"SUCCEEDED"}
+
+
 def test_unkeyed_sessions_never_receive_keyed_tasks(make_worker, api):
     q = api.create_queue("legacy").queue_id
     seen = []
