@@ -131,25 +131,12 @@ BEGIN
        WHERE wq.session_id = v_session AND wq.queue_id > v_queue;
       IF v_next IS NULL THEN LEAVE queue_loop; END IF;
       SET v_queue = v_next;
-      candidates: BEGIN
-        DECLARE v_done TINYINT DEFAULT 0;
-        DECLARE v_c_id BIGINT UNSIGNED;
-        DECLARE v_c_priority TINYINT UNSIGNED;
-        DECLARE c_ready CURSOR FOR
-          SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_claim)
-           WHERE queue_id = v_queue AND lane = 'READY' AND (v_keys = 1 OR concurrency_key = '')
-           ORDER BY priority, id LIMIT v_want
-           FOR UPDATE SKIP LOCKED;
-        DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-        OPEN c_ready;
-        fetch_loop: LOOP
-          FETCH c_ready INTO v_c_id, v_c_priority;
-          IF v_done = 1 THEN LEAVE fetch_loop; END IF;
-          INSERT INTO claim_candidates (task_id, priority) VALUES (v_c_id, v_c_priority);
-          SET v_found = v_found + 1;
-        END LOOP;
-        CLOSE c_ready;
-      END candidates;
+      INSERT INTO claim_candidates (task_id, priority)
+      SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_claim)
+       WHERE queue_id = v_queue AND lane = 'READY' AND (v_keys = 1 OR concurrency_key = '')
+       ORDER BY priority, id LIMIT v_want
+         FOR UPDATE SKIP LOCKED;
+      SET v_found = v_found + ROW_COUNT();
     END LOOP;
 
     SELECT COUNT(DISTINCT s.id) INTO v_live
