@@ -20,8 +20,8 @@
 -- fast item's attempt appears in no other item, and results never depend on counters.
 --
 -- Locks, in order: applications row (held to the end), the items' attempts rows, their tasks
--- rows, queues rows, worker_sessions row, concurrency_resources rows, permits rows, then per
--- released key those of key_promote_next; then per remaining item those of attempt_result_one.
+-- rows, queues rows, worker_sessions row, concurrency_resources rows, permits rows, then the
+-- promoted tasks rows; then per remaining item those of attempt_result_one.
 -- Deadlocks and lock-wait timeouts are not item errors: they roll back the whole batch (outer
 -- handler) and the shell retries it.
 CREATE PROCEDURE attempt_result_many(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
@@ -39,7 +39,6 @@ BEGIN
   DECLARE v_error VARCHAR(512);
   DECLARE v_fast INT DEFAULT 0;
   DECLARE v_fast_seqs TEXT DEFAULT '';
-  DECLARE v_resource BIGINT UNSIGNED;
   DECLARE v_ignored BIGINT;
   DECLARE v_now DATETIME(6);
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
@@ -52,7 +51,8 @@ BEGIN
   CREATE TEMPORARY TABLE IF NOT EXISTS result_fast (
     seq INT NOT NULL PRIMARY KEY, attempt_id BIGINT UNSIGNED NOT NULL, task_id BIGINT UNSIGNED NOT NULL,
     queue_id BIGINT UNSIGNED NOT NULL, resource_id BIGINT UNSIGNED NOT NULL,
-    token BIGINT UNSIGNED NOT NULL, fp CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL
+    token BIGINT UNSIGNED NOT NULL, fp CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    next_task BIGINT UNSIGNED NOT NULL DEFAULT 0
   ) ENGINE=InnoDB;
   DELETE FROM result_fast;
 
@@ -131,15 +131,26 @@ BEGIN
     SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'SUCCEEDED', 'RUNNING',
            'SUCCEEDED', CONCAT('session:', p_session_public_id), NULL, v_now
       FROM result_fast ORDER BY seq;
-    -- Each freed key passes to its next parked task (attempt_release's last step).
-    SET v_resource = 0;
-    promote: LOOP
-      SET v_ignored = NULL;
-      SELECT MIN(resource_id) INTO v_ignored FROM result_fast WHERE resource_id > v_resource;
-      IF v_ignored IS NULL THEN LEAVE promote; END IF;
-      SET v_resource = v_ignored;
-      CALL key_promote_next(v_resource);
-    END LOOP;
+    -- Each freed key passes to its next parked task: key_promote_next for the group. The
+    -- dependent subquery reads each key's parked rows in ix_tasks_key_lane order and stops at
+    -- the first due row of an ACTIVE queue (the shape key_promote_next measured; a join would
+    -- sort every parked row of the key). The rows are changed under the key rows' locks,
+    -- taken above, and the application row's, which every lane change holds.
+    UPDATE result_fast f STRAIGHT_JOIN concurrency_resources r ON r.id = f.resource_id
+       SET f.next_task = COALESCE((
+             SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
+              WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
+                AND t.lane = 'BLOCKED' AND t.available_at <= v_now
+                AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
+              ORDER BY t.priority, t.id LIMIT 1), 0)
+     WHERE f.resource_id > 0;
+    UPDATE result_fast f STRAIGHT_JOIN tasks t ON t.id = f.next_task
+       SET t.lane = 'READY', t.updated_at = v_now
+     WHERE f.next_task > 0 AND t.lane = 'BLOCKED';
+    UPDATE result_fast f
+      STRAIGHT_JOIN tasks t ON t.id = f.next_task AND t.lane = 'READY'
+      STRAIGHT_JOIN concurrency_resources r ON r.id = f.resource_id
+       SET r.candidate_task_id = t.id;
   END IF;
 
   SET v_n = JSON_LENGTH(p_items);
