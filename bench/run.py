@@ -348,6 +348,27 @@ def start_server(dsn: str, workers: int, threads: int):
     raise RuntimeError("orbit did not start; see .scratch/bench-server.log")
 
 
+def cpu_sample() -> tuple[float, float, float]:
+    """(busy, total) CPU seconds of the machine from /proc/stat, and CPU seconds used so far by
+    mariadbd processes: the e2e part reports how busy the two cores were, and how much of it
+    was the database, so a lock-bound run is told apart from a CPU-bound one."""
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    db_cpu = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"mariadbd" not in (entry / "cmdline").read_bytes().split(b"\0", 1)[0]:
+                continue
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        db_cpu += int(stat[11]) + int(stat[12])
+    return (sum(fields) - idle) / tick, sum(fields) / tick, db_cpu / tick
+
+
 def vm_hwm_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -392,6 +413,7 @@ def e2e(
     procs = [] if drain else spawn_workers()
     time.sleep(0 if drain else 1.0)
     started = time.monotonic()
+    cpu_before = cpu_sample()
 
     def produce(i: int) -> None:
         c = Client(url, bench.token)
@@ -433,6 +455,8 @@ def e2e(
             break
         time.sleep(0.05)
     elapsed = time.monotonic() - started
+    cpu_after = cpu_sample()
+    total = cpu_after[1] - cpu_before[1]
     lat = bench.db.query(
         "SELECT TIMESTAMPDIFF(MICROSECOND, t.created_at, a.started_at) / 1000 AS ms FROM tasks t "
         "JOIN attempts a ON a.task_id = t.id WHERE t.queue_id = %s AND a.started_at IS NOT NULL",
@@ -456,6 +480,8 @@ def e2e(
         "submit_to_start_p50_ms": pct(ms, 50),
         "submit_to_start_p99_ms": pct(ms, 99),
         "sdk_worker_peak_rss_mib": max(rss, default=0) / 1024,
+        "cpu_busy_pct": 100 * (cpu_after[0] - cpu_before[0]) / total if total else 0.0,
+        "mariadbd_cpu_pct": 100 * (cpu_after[2] - cpu_before[2]) / total if total else 0.0,
     }
 
 
@@ -600,7 +626,8 @@ def main() -> int:
                     f"e2e {r['scenario']:>9}: {r['tasks_per_s']:.0f} tasks/s "
                     f"(submit {r['submit_per_s']:.0f}/s), submit-to-start p50 "
                     f"{r['submit_to_start_p50_ms']:.0f} ms "
-                    f"p99 {r['submit_to_start_p99_ms']:.0f} ms",
+                    f"p99 {r['submit_to_start_p99_ms']:.0f} ms; CPU {r['cpu_busy_pct']:.0f}% busy "
+                    f"(mariadbd {r['mariadbd_cpu_pct']:.0f}% of the machine)",
                     flush=True,
                 )
             if "e2e" in results:

@@ -88,6 +88,8 @@ def worker_account(dsn: str, args: argparse.Namespace) -> dict:
         f"mysql://{args.user}:{quote(password, safe='')}@{settings['host']}:"
         f"{settings['port']}/{settings['database']}"
     )
+    if "ssl_ca" in settings:  # the worker reaches the same server the same way
+        worker_dsn += "?ssl_ca=" + quote(settings["ssl_ca"], safe="/")
     document = {
         "user": args.user,
         "host": args.host,
