@@ -3,9 +3,11 @@
 Parts:
   ceiling    single-row UPDATE+COMMIT transactions/s at N connections (durable-commit limit)
   procedure  submit -> claim -> start -> result cycles/s calling the procedures from N threads
+  phases     one thread, batches of 10: wall time and mariadbd CPU per phase (unkeyed, keyed)
   blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks
   e2e        HTTP producers + SDK worker processes + gunicorn: tasks/s, submit-to-start p50/p99,
              for unkeyed, 1,000 keys and 10 hot keys; peak RSS of a gunicorn and an SDK worker
+  peer       Orbit and Procrastinate drain the same jobs with one worker of concurrency 10
 """
 
 from __future__ import annotations
@@ -155,6 +157,88 @@ class Bench:
         tasks = sum(done)
         return {"tasks_per_s": tasks / seconds, "commits_per_task": sum(calls) / max(tasks, 1)}
 
+    def batch_queue(self, d: Database, name: str, capacity: int) -> tuple[int, str]:
+        """A queue of its own and a keyed session of ``capacity`` on it: (queue id, session)."""
+        [[made]] = d.call("queue_create", self.ns, self.app, name, None, None, 3, 3600, 1, 300)
+        [queue] = d.query("SELECT id FROM queues WHERE public_id = %s", (made["queue_id"],))
+        [session], _ = d.call(
+            "worker_hello",
+            self.ns,
+            self.app,
+            name,
+            capacity,
+            1,
+            json.dumps([made["queue_id"]]),
+            "0" * 64,
+        )
+        return queue["id"], session["session_id"]
+
+    @staticmethod
+    def batch_items(queue: int, count: int, keyed: bool = False) -> str:
+        """task_submit_many's items: new no-op tasks, each with its own key when ``keyed``."""
+        return json.dumps(
+            [
+                {
+                    "queue": queue,
+                    "idempotency_key": secrets.token_hex(12),
+                    "fingerprint": "0" * 64,
+                    "handler": "noop",
+                    "handler_version": "v1",
+                    "payload_version": "v1",
+                    "payload": "{}",
+                    "business_key": "",
+                    "concurrency_key": secrets.token_hex(6) if keyed else "",
+                    "priority": 5,
+                    "max_attempts": 0,
+                    "deadline_seconds": 0,
+                }
+                for _ in range(count)
+            ]
+        )
+
+    @staticmethod
+    def batch_results(attempt_ids: list[str]) -> str:
+        return json.dumps(
+            [
+                {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}
+                for a in attempt_ids
+            ]
+        )
+
+    def phases(self, rounds: int, keyed: bool) -> dict:
+        """One thread, batches of 10 on an otherwise idle server: per phase (submit, claim,
+        start, result) the wall time and the CPU mariadbd spent, per 10 tasks. The CPU is what
+        a phase costs the database on a busy machine; the wall time adds the commit's wait."""
+        d = Database(self.dsn, pool_size=1)
+        queue, sid = self.batch_queue(d, f"phases-{secrets.token_hex(3)}", 10)
+        wall = dict.fromkeys(("submit", "claim", "start", "result"), 0.0)
+        cpu = dict(wall)
+        pids = mariadbd_pids()
+        for n in range(rounds + 5):  # the first five warm the caches and are not counted
+            marks = []
+            for phase in wall:
+                c0, t0 = db_cpu_seconds(pids), time.perf_counter()
+                if phase == "submit":
+                    d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 10, keyed))
+                elif phase == "claim":
+                    [rows] = d.call("worker_claim", self.ns, sid, 10)
+                    ids = [r["attempt_id"] for r in rows]
+                elif phase == "start":
+                    d.call("attempt_start_many", self.ns, sid, json.dumps(ids))
+                else:
+                    d.call("attempt_result_many", self.ns, sid, self.batch_results(ids))
+                marks.append((phase, time.perf_counter() - t0, db_cpu_seconds(pids) - c0))
+            if n >= 5:
+                for phase, w, c in marks:
+                    wall[phase] += w
+                    cpu[phase] += c
+        d.close()
+        return {
+            "keyed": keyed,
+            "wall_ms_per_10": {k: 1000 * v / rounds for k, v in wall.items()},
+            "db_cpu_ms_per_10": {k: 1000 * v / rounds for k, v in cpu.items()},
+        }
+
     def procedure_batched(self, threads: int, seconds: float, batch: int = 10) -> dict:
         """The same cycle through the batch procedures: task_submit_many, worker_claim of
         ``batch``, attempt_start_many, attempt_result_many; one commit per call. Each thread
@@ -166,56 +250,16 @@ class Bench:
 
         def loop(i: int) -> None:
             d = Database(self.dsn, pool_size=1)
-            name = f"procb-{i}-{secrets.token_hex(3)}"
-            [[made]] = d.call("queue_create", self.ns, self.app, name, None, None, 3, 3600, 1, 300)
-            [queue] = d.query("SELECT id FROM queues WHERE public_id = %s", (made["queue_id"],))
-            [session], _ = d.call(
-                "worker_hello",
-                self.ns,
-                self.app,
-                name,
-                batch,
-                1,
-                json.dumps([made["queue_id"]]),
-                "0" * 64,
-            )
-            sid = session["session_id"]
+            queue, sid = self.batch_queue(d, f"procb-{i}-{secrets.token_hex(3)}", batch)
             while time.monotonic() < stop:
-                items = [
-                    {
-                        "queue": queue["id"],
-                        "idempotency_key": secrets.token_hex(12),
-                        "fingerprint": "0" * 64,
-                        "handler": "noop",
-                        "handler_version": "v1",
-                        "payload_version": "v1",
-                        "payload": "{}",
-                        "business_key": "",
-                        "concurrency_key": "",
-                        "priority": 5,
-                        "max_attempts": None,
-                        "deadline_seconds": None,
-                    }
-                    for _ in range(batch)
-                ]
-                d.call("task_submit_many", self.ns, "bench", json.dumps(items))
+                d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, batch))
                 [rows] = d.call("worker_claim", self.ns, sid, batch)
                 calls[i] += 2
                 if not rows:
                     continue
                 ids = [r["attempt_id"] for r in rows]
                 d.call("attempt_start_many", self.ns, sid, json.dumps(ids))
-                results = [
-                    {
-                        "attempt_id": a,
-                        "outcome": "succeeded",
-                        "retryable": 0,
-                        "result": "",
-                        "error": "",
-                    }
-                    for a in ids
-                ]
-                d.call("attempt_result_many", self.ns, sid, json.dumps(results))
+                d.call("attempt_result_many", self.ns, sid, self.batch_results(ids))
                 calls[i] += 2
                 done[i] += len(ids)
             d.close()
@@ -348,6 +392,32 @@ def start_server(dsn: str, workers: int, threads: int):
     raise RuntimeError("orbit did not start; see .scratch/bench-server.log")
 
 
+def mariadbd_pids() -> list[int]:
+    """The local mariadbd processes (the bench's private server, or the one a DSN names)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                entry.name.isdigit()
+                and b"mariadbd" in (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
+            ):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def db_cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(stat[11]) + int(stat[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_sample() -> tuple[float, float, float]:
     """(busy, total) CPU seconds of the machine from /proc/stat, and CPU seconds used so far by
     mariadbd processes: the e2e part reports how busy the two cores were, and how much of it
@@ -355,18 +425,7 @@ def cpu_sample() -> tuple[float, float, float]:
     tick = os.sysconf("SC_CLK_TCK")
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
-    db_cpu = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if b"mariadbd" not in (entry / "cmdline").read_bytes().split(b"\0", 1)[0]:
-                continue
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        db_cpu += int(stat[11]) + int(stat[12])
-    return (sum(fields) - idle) / tick, sum(fields) / tick, db_cpu / tick
+    return (sum(fields) - idle) / tick, sum(fields) / tick, db_cpu_seconds(mariadbd_pids())
 
 
 def vm_hwm_kib(pid: int) -> int:
@@ -520,14 +579,14 @@ def main() -> int:
     )
     parser.add_argument("--large", action="store_true", help="100k and 1M parked, longer runs")
     parser.add_argument(
-        "--only", choices=["ceiling", "procedure", "blocked", "e2e", "peer"], nargs="*"
+        "--only", choices=["ceiling", "procedure", "phases", "blocked", "e2e", "peer"], nargs="*"
     )
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument(
         "--batch", type=int, default=10, help="tasks per submission request of the e2e producers"
     )
     args = parser.parse_args()
-    parts = set(args.only or ["ceiling", "procedure", "blocked", "e2e", "peer"])
+    parts = set(args.only or ["ceiling", "procedure", "phases", "blocked", "e2e", "peer"])
     seconds = 20.0 if args.large else 8.0
 
     own = None
@@ -573,6 +632,19 @@ def main() -> int:
                 f"{batched['ratio_to_ceiling_bound']:.2f} of ceiling/commits",
                 flush=True,
             )
+        if "phases" in parts:
+            results["phases"] = [bench.phases(100, keyed) for keyed in (False, True)]
+            for ph in results["phases"]:
+                print(
+                    f"phases, {'keyed' if ph['keyed'] else 'unkeyed'}, per 10 tasks: "
+                    + ", ".join(
+                        f"{k} {ph['wall_ms_per_10'][k]:.1f} ms ({ph['db_cpu_ms_per_10'][k]:.1f} "
+                        "ms db CPU)"
+                        for k in ph["wall_ms_per_10"]
+                    )
+                    + f"; db CPU in all {sum(ph['db_cpu_ms_per_10'].values()):.1f} ms",
+                    flush=True,
+                )
         if "blocked" in parts:
             sizes = [0, 10_000] + ([100_000, 1_000_000] if args.large else [])
             results["blocked"] = [bench.blocked(n, 200) for n in sizes]
