@@ -82,37 +82,34 @@ BEGIN
              retryable TINYINT PATH '$.retryable',
              result MEDIUMTEXT PATH '$.result',
              error MEDIUMTEXT PATH '$.error')) j
+      -- Attempts named once in the batch: a derived table, read once (a correlated subquery
+      -- over JSON_TABLE parsed the whole batch again for every item).
+      STRAIGHT_JOIN (SELECT attempt_id FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) o
+             GROUP BY attempt_id HAVING COUNT(*) = 1) once ON once.attempt_id = j.attempt_id
       STRAIGHT_JOIN attempts a ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
       LEFT JOIN permits p ON p.attempt_id = a.id AND p.kind = 'KEY'
       LEFT JOIN concurrency_resources r ON r.id = p.scope_id AND r.holder_attempt_id = a.id
      WHERE j.outcome = 'succeeded' AND j.retryable IN (0, 1)
-       AND a.session_id = v_session AND a.state = 'RUNNING' AND a.lease_expires_at > v_now
-       AND (SELECT COUNT(*) FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
-              other CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) o
-             WHERE o.other = j.attempt_id) = 1;
+       AND a.session_id = v_session AND a.state = 'RUNNING' AND a.lease_expires_at > v_now;
     SET v_fast = ROW_COUNT();
   END IF;
 
   IF v_fast > 0 THEN
     SELECT GROUP_CONCAT(seq) INTO v_fast_seqs FROM result_fast;
-    -- Joins run from the group's rows to the tables (STRAIGHT_JOIN): the optimizer has no
-    -- statistics for a temporary table and must not start from a large table.
-    UPDATE result_fast f
-      STRAIGHT_JOIN JSON_TABLE(p_items, '$[*]' COLUMNS (
+    -- Joins run from the batch or the group's rows to the tables (STRAIGHT_JOIN): the
+    -- optimizer has no statistics for a temporary table and must not start from a large
+    -- table, and the batch's JSON is read once, each row then finding its group row by key.
+    UPDATE JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY, retryable TINYINT PATH '$.retryable',
              result MEDIUMTEXT PATH '$.result', error MEDIUMTEXT PATH '$.error')) j
-        ON j.seq - 1 = f.seq
+      STRAIGHT_JOIN result_fast f ON f.seq = j.seq - 1
       STRAIGHT_JOIN attempts a ON a.id = f.attempt_id
+      STRAIGHT_JOIN tasks t ON t.id = f.task_id
        SET a.outcome = 'succeeded', a.retryable = j.retryable, a.result = NULLIF(j.result, ''),
            a.error = NULLIF(j.error, ''), a.result_sha256 = f.fp, a.state = 'SUCCEEDED',
-           a.finished_at = v_now;
-    UPDATE result_fast f
-      STRAIGHT_JOIN JSON_TABLE(p_items, '$[*]' COLUMNS (
-             seq FOR ORDINALITY, result MEDIUMTEXT PATH '$.result',
-             error MEDIUMTEXT PATH '$.error')) j
-        ON j.seq - 1 = f.seq
-      STRAIGHT_JOIN tasks t ON t.id = f.task_id
-       SET t.state = 'SUCCEEDED', t.lane = NULL, t.result = COALESCE(NULLIF(j.result, ''), t.result),
+           a.finished_at = v_now,
+           t.state = 'SUCCEEDED', t.lane = NULL, t.result = COALESCE(NULLIF(j.result, ''), t.result),
            t.error = COALESCE(NULLIF(j.error, ''), t.error), t.updated_at = v_now,
            t.finished_at = v_now;
     UPDATE queues q

@@ -58,19 +58,19 @@ BEGIN
     SELECT j.seq - 1, a.id, a.task_id, a.concurrency_token
       FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
              seq FOR ORDINALITY, id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) j
+      -- Attempts named once in the batch: a derived table, read once.
+      STRAIGHT_JOIN (SELECT id FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
+              id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) o
+             GROUP BY id HAVING COUNT(*) = 1) once ON once.id = j.id
       STRAIGHT_JOIN attempts a ON a.public_id = j.id AND a.namespace_id = p_namespace_id
-     WHERE a.session_id = v_session AND a.state = 'LEASED' AND a.lease_expires_at > v_now
-       AND (SELECT COUNT(*) FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
-              other CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) o
-             WHERE o.other = j.id) = 1;
+     WHERE a.session_id = v_session AND a.state = 'LEASED' AND a.lease_expires_at > v_now;
     SET v_fast = ROW_COUNT();
   END IF;
   IF v_fast > 0 THEN
     -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
     UPDATE start_fast f STRAIGHT_JOIN attempts a ON a.id = f.attempt_id
-       SET a.state = 'RUNNING', a.started_at = v_now;
-    UPDATE start_fast f STRAIGHT_JOIN tasks t ON t.id = f.task_id
-       SET t.state = 'RUNNING', t.updated_at = v_now;
+      STRAIGHT_JOIN tasks t ON t.id = f.task_id
+       SET a.state = 'RUNNING', a.started_at = v_now, t.state = 'RUNNING', t.updated_at = v_now;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
     SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'STARTED', 'LEASED', 'RUNNING',

@@ -84,16 +84,18 @@ BEGIN
              idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key',
              concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.concurrency_key')) j
       STRAIGHT_JOIN queues q ON q.id = j.queue AND q.namespace_id = p_namespace_id
-     WHERE (j.concurrency_key = ''
-            OR (SELECT COUNT(*) FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
-                  other VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.concurrency_key')) o
-                 WHERE o.other = j.concurrency_key) = 1)
+      -- Keys named once in the batch: derived tables, each read once (a correlated subquery
+      -- over JSON_TABLE parsed the whole batch again for every item).
+      STRAIGHT_JOIN (SELECT idempotency_key FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+              idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key')) o
+             GROUP BY idempotency_key HAVING COUNT(*) = 1) once ON once.idempotency_key = j.idempotency_key
+      LEFT JOIN (SELECT concurrency_key FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+              concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.concurrency_key')) o
+             GROUP BY concurrency_key HAVING COUNT(*) = 1) lone ON lone.concurrency_key = j.concurrency_key
+     WHERE (j.concurrency_key = '' OR lone.concurrency_key IS NOT NULL)
        AND (q.max_unfinished IS NULL OR q.unfinished_tasks + v_n <= q.max_unfinished)
        AND NOT EXISTS (SELECT 1 FROM idempotency_records r
-                        WHERE r.namespace_id = p_namespace_id AND r.idempotency_key = j.idempotency_key)
-       AND (SELECT COUNT(*) FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
-              other VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key')) o
-             WHERE o.other = j.idempotency_key) = 1;
+                        WHERE r.namespace_id = p_namespace_id AND r.idempotency_key = j.idempotency_key);
     -- Only the leading run of such items: tasks take ids in item order, and ids order a
     -- queue's tasks of one priority (FIFO), so no set-based item may overtake an earlier one.
     SELECT MIN(j.seq) - 1 INTO v_gap
@@ -131,8 +133,7 @@ BEGIN
            v_now, IF(COALESCE(j.deadline_seconds, 0) = 0, NULL,
                      v_now + INTERVAL j.deadline_seconds SECOND),
            v_now, v_now
-      FROM submit_fast f
-      STRAIGHT_JOIN JSON_TABLE(p_items, '$[*]' COLUMNS (
+      FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY, queue BIGINT UNSIGNED PATH '$.queue',
              idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key',
              handler VARCHAR(200) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.handler',
@@ -142,19 +143,19 @@ BEGIN
              business_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.business_key',
              priority TINYINT UNSIGNED PATH '$.priority',
              max_attempts INT UNSIGNED PATH '$.max_attempts',
-             deadline_seconds INT UNSIGNED PATH '$.deadline_seconds')) j ON j.seq - 1 = f.seq
-      STRAIGHT_JOIN queues q ON q.id = j.queue
+             deadline_seconds INT UNSIGNED PATH '$.deadline_seconds')) j
+      STRAIGHT_JOIN submit_fast f ON f.seq = j.seq - 1
+      STRAIGHT_JOIN queues q ON q.id = f.queue_id
      ORDER BY f.seq;
     -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
     UPDATE submit_fast f STRAIGHT_JOIN tasks t ON t.public_id = f.public_id SET f.task_id = t.id;
     INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, task_id, created_at)
     SELECT p_namespace_id, j.idempotency_key, j.fingerprint, f.task_id, v_now
-      FROM submit_fast f
-      STRAIGHT_JOIN JSON_TABLE(p_items, '$[*]' COLUMNS (
+      FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY,
              idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key',
              fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin PATH '$.fingerprint')) j
-        ON j.seq - 1 = f.seq;
+      STRAIGHT_JOIN submit_fast f ON f.seq = j.seq - 1;
     UPDATE submit_fast f STRAIGHT_JOIN concurrency_resources r ON r.id = f.resource_id
        SET r.candidate_task_id = f.task_id WHERE f.lane = 'READY';
     UPDATE applications SET unfinished_tasks = unfinished_tasks + v_fast WHERE id = v_app;
