@@ -374,6 +374,10 @@ def start_server(dsn: str, workers: int, threads: int):
         ORBIT_HTTP_ADDR=f"127.0.0.1:{port}",
         ORBIT_HTTP_WORKERS=str(workers),
         ORBIT_HTTP_THREADS=str(threads),
+        # The per-credential submission limit is a policy knob, not what is measured: once
+        # submission got cheaper, the peer part's queueing ran into it (429) and its producers
+        # died. Off for the bench server.
+        ORBIT_SUBMIT_RATE="0",
     )
     log = open(ROOT / ".scratch" / "bench-server.log", "w")  # noqa: SIM115 - lives with the server
     proc = subprocess.Popen(
