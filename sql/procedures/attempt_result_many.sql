@@ -45,9 +45,7 @@ BEGIN
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-  -- Temporary tables are per connection; created outside the transaction because some DDL
-  -- commits implicitly. InnoDB, not MEMORY: a transaction that changed a non-transactional
-  -- table is never chosen as a deadlock victim, so the other transaction would be.
+  -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   CREATE TEMPORARY TABLE IF NOT EXISTS result_fast (
     seq INT NOT NULL PRIMARY KEY, attempt_id BIGINT UNSIGNED NOT NULL, task_id BIGINT UNSIGNED NOT NULL,
     queue_id BIGINT UNSIGNED NOT NULL, resource_id BIGINT UNSIGNED NOT NULL,

@@ -49,9 +49,7 @@ BEGIN
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-  -- Temporary tables are per connection; created outside the transaction because some DDL
-  -- commits implicitly. InnoDB, not MEMORY: a transaction that changed a non-transactional
-  -- table is never chosen as a deadlock victim, so the other transaction would be.
+  -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   CREATE TEMPORARY TABLE IF NOT EXISTS submit_fast (
     seq INT NOT NULL PRIMARY KEY, public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     queue_id BIGINT UNSIGNED NOT NULL,

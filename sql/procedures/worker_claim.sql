@@ -56,9 +56,7 @@ BEGIN
   IF v_session IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: worker session not found';
   END IF;
-  -- Temporary tables are per connection; created outside the transaction because some DDL
-  -- commits implicitly. InnoDB, not MEMORY: a transaction that changed a non-transactional
-  -- table is never chosen as a deadlock victim, so the other transaction would be.
+  -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   CREATE TEMPORARY TABLE IF NOT EXISTS claim_candidates (
     task_id BIGINT UNSIGNED NOT NULL PRIMARY KEY, priority TINYINT UNSIGNED NOT NULL,
     take TINYINT NOT NULL DEFAULT 0, queue_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
