@@ -64,7 +64,7 @@ BEGIN
     SELECT COUNT(*) INTO v_ignored
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) j
-      STRAIGHT_JOIN attempts a ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
+      STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
        FOR UPDATE;
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
     -- the change it waited for.
@@ -85,9 +85,9 @@ BEGIN
       STRAIGHT_JOIN (SELECT attempt_id FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
               attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) o
              GROUP BY attempt_id HAVING COUNT(*) = 1) once ON once.attempt_id = j.attempt_id
-      STRAIGHT_JOIN attempts a ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
-      LEFT JOIN permits p ON p.attempt_id = a.id AND p.kind = 'KEY'
-      LEFT JOIN concurrency_resources r ON r.id = p.scope_id AND r.holder_attempt_id = a.id
+      STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
+      LEFT JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = a.id AND p.kind = 'KEY'
+      LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = p.scope_id AND r.holder_attempt_id = a.id
      WHERE j.outcome = 'succeeded' AND j.retryable IN (0, 1)
        AND a.session_id = v_session AND a.state = 'RUNNING' AND a.lease_expires_at > v_now;
     SET v_fast = ROW_COUNT();
@@ -102,8 +102,8 @@ BEGIN
              seq FOR ORDINALITY, retryable TINYINT PATH '$.retryable',
              result MEDIUMTEXT PATH '$.result', error MEDIUMTEXT PATH '$.error')) j
       STRAIGHT_JOIN result_fast f ON f.seq = j.seq - 1
-      STRAIGHT_JOIN attempts a ON a.id = f.attempt_id
-      STRAIGHT_JOIN tasks t ON t.id = f.task_id
+      STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+      STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
        SET a.outcome = 'succeeded', a.retryable = j.retryable, a.result = NULLIF(j.result, ''),
            a.error = NULLIF(j.error, ''), a.result_sha256 = f.fp, a.state = 'SUCCEEDED',
            a.finished_at = v_now,
@@ -117,10 +117,10 @@ BEGIN
     UPDATE applications
        SET active_attempts = active_attempts - v_fast, unfinished_tasks = unfinished_tasks - v_fast
      WHERE id = v_app;
-    UPDATE result_fast f STRAIGHT_JOIN concurrency_resources r ON r.id = f.resource_id
+    UPDATE result_fast f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET r.holder_attempt_id = NULL, r.version = r.version + 1, r.updated_at = v_now
      WHERE r.holder_attempt_id = f.attempt_id;
-    DELETE p FROM result_fast f STRAIGHT_JOIN permits p ON p.attempt_id = f.attempt_id;
+    DELETE p FROM result_fast f STRAIGHT_JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = f.attempt_id;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
     SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'SUCCEEDED', 'RUNNING',
@@ -131,7 +131,7 @@ BEGIN
     -- the first due row of an ACTIVE queue (the shape key_promote_next measured; a join would
     -- sort every parked row of the key). The rows are changed under the key rows' locks,
     -- taken above, and the application row's, which every lane change holds.
-    UPDATE result_fast f STRAIGHT_JOIN concurrency_resources r ON r.id = f.resource_id
+    UPDATE result_fast f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET f.next_task = COALESCE((
              SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
               WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
@@ -139,12 +139,12 @@ BEGIN
                 AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
               ORDER BY t.priority, t.id LIMIT 1), 0)
      WHERE f.resource_id > 0;
-    UPDATE result_fast f STRAIGHT_JOIN tasks t ON t.id = f.next_task
+    UPDATE result_fast f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task
        SET t.lane = 'READY', t.updated_at = v_now
      WHERE f.next_task > 0 AND t.lane = 'BLOCKED';
     UPDATE result_fast f
-      STRAIGHT_JOIN tasks t ON t.id = f.next_task AND t.lane = 'READY'
-      STRAIGHT_JOIN concurrency_resources r ON r.id = f.resource_id
+      STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task AND t.lane = 'READY'
+      STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET r.candidate_task_id = t.id;
   END IF;
 
@@ -181,8 +181,8 @@ BEGIN
   SELECT x.seq, x.item_error, x.attempt_id, x.task_id, x.duplicate
     FROM (SELECT f.seq, NULL AS item_error, a.public_id AS attempt_id, t.public_id AS task_id,
                  0 AS duplicate
-            FROM result_fast f STRAIGHT_JOIN attempts a ON a.id = f.attempt_id
-            STRAIGHT_JOIN tasks t ON t.id = f.task_id
+            FROM result_fast f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+            STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
           UNION ALL
           SELECT j.seq, NULLIF(j.error, ''), j.attempt_id, t.public_id, j.duplicate
             FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
@@ -190,6 +190,6 @@ BEGIN
                                                    task BIGINT UNSIGNED PATH '$.task',
                                                    duplicate TINYINT PATH '$.duplicate',
                                                    error VARCHAR(512) PATH '$.error')) j
-            LEFT JOIN tasks t ON t.id = j.task) x
+            LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = j.task) x
    ORDER BY x.seq;
 END

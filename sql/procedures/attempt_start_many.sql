@@ -47,7 +47,7 @@ BEGIN
     SELECT COUNT(*) INTO v_ignored
       FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
              id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) j
-      STRAIGHT_JOIN attempts a ON a.public_id = j.id AND a.namespace_id = p_namespace_id
+      STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.id AND a.namespace_id = p_namespace_id
        FOR UPDATE;
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
     -- the change it waited for.
@@ -60,14 +60,14 @@ BEGIN
       STRAIGHT_JOIN (SELECT id FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
               id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) o
              GROUP BY id HAVING COUNT(*) = 1) once ON once.id = j.id
-      STRAIGHT_JOIN attempts a ON a.public_id = j.id AND a.namespace_id = p_namespace_id
+      STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.id AND a.namespace_id = p_namespace_id
      WHERE a.session_id = v_session AND a.state = 'LEASED' AND a.lease_expires_at > v_now;
     SET v_fast = ROW_COUNT();
   END IF;
   IF v_fast > 0 THEN
     -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
-    UPDATE start_fast f STRAIGHT_JOIN attempts a ON a.id = f.attempt_id
-      STRAIGHT_JOIN tasks t ON t.id = f.task_id
+    UPDATE start_fast f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+      STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
        SET a.state = 'RUNNING', a.started_at = v_now, t.state = 'RUNNING', t.updated_at = v_now;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
@@ -107,7 +107,7 @@ BEGIN
     FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
                                            id BIGINT UNSIGNED PATH '$.id',
                                            error VARCHAR(512) PATH '$.error')) j
-    LEFT JOIN attempts a ON a.id = j.id
-    LEFT JOIN tasks t ON t.id = a.task_id
+    LEFT JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = j.id
+    LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id
    ORDER BY j.seq;
 END

@@ -1,7 +1,9 @@
 -- session_assignments: the task.assign rows of a session's in-flight attempts with
 -- attempts.id >= p_min_attempt_id (0 = all; claim passes its first new attempt id).
 -- Read-only helper; result set columns are what the shell turns into task.assign (W2, W7).
--- Index: ix_attempts_session (session_id, state).
+-- Index: ix_attempts_session (session_id, state), then each row's task and queue by primary
+-- key: the join order and indexes are fixed (sql/README.md, "Plans that do not depend on
+-- statistics"), or a stale row estimate for attempts makes the optimizer start from tasks.
 CREATE PROCEDURE session_assignments(IN p_session_id BIGINT UNSIGNED,
                                      IN p_min_attempt_id BIGINT UNSIGNED)
   READS SQL DATA SQL SECURITY DEFINER
@@ -12,9 +14,9 @@ BEGIN
          t.payload_version, t.payload, t.business_key, t.concurrency_key, t.priority,
          t.state AS task_state, t.max_attempts, t.deadline_at, t.created_at,
          t.schedule_id, t.fire_time
-    FROM attempts a
-    JOIN tasks t ON t.id = a.task_id
-    JOIN queues q ON q.id = t.queue_id
+    FROM attempts a FORCE INDEX (ix_attempts_session)
+    STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id
+    STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = t.queue_id
    WHERE a.session_id = p_session_id AND a.state IN ('LEASED', 'RUNNING')
      AND a.id >= p_min_attempt_id
    ORDER BY a.id;

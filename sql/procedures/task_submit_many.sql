@@ -114,7 +114,7 @@ BEGIN
      WHERE concurrency_key <> '' ORDER BY concurrency_key
         ON DUPLICATE KEY UPDATE updated_at = concurrency_resources.updated_at;
     UPDATE submit_fast f
-      STRAIGHT_JOIN concurrency_resources r
+      STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
         ON r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key
       STRAIGHT_JOIN queues q ON q.id = f.queue_id
        SET f.resource_id = r.id,
@@ -146,7 +146,7 @@ BEGIN
       STRAIGHT_JOIN queues q ON q.id = f.queue_id
      ORDER BY f.seq;
     -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
-    UPDATE submit_fast f STRAIGHT_JOIN tasks t ON t.public_id = f.public_id SET f.task_id = t.id;
+    UPDATE submit_fast f STRAIGHT_JOIN tasks t FORCE INDEX (uq_tasks_public_id) ON t.public_id = f.public_id SET f.task_id = t.id;
     INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, task_id, created_at)
     SELECT p_namespace_id, j.idempotency_key, j.fingerprint, f.task_id, v_now
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
@@ -154,7 +154,7 @@ BEGIN
              idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key',
              fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin PATH '$.fingerprint')) j
       STRAIGHT_JOIN submit_fast f ON f.seq = j.seq - 1;
-    UPDATE submit_fast f STRAIGHT_JOIN concurrency_resources r ON r.id = f.resource_id
+    UPDATE submit_fast f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET r.candidate_task_id = f.task_id WHERE f.lane = 'READY';
     UPDATE applications SET unfinished_tasks = unfinished_tasks + v_fast WHERE id = v_app;
     UPDATE queues q
@@ -213,6 +213,6 @@ BEGIN
                                            task BIGINT UNSIGNED PATH '$.task',
                                            created TINYINT PATH '$.created',
                                            error VARCHAR(512) PATH '$.error')) j
-    LEFT JOIN tasks t ON t.id = j.task
+    LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = j.task
    ORDER BY j.seq;
 END

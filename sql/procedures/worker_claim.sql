@@ -160,14 +160,14 @@ BEGIN
       UPDATE claim_candidates SET take = 1 ORDER BY priority, task_id LIMIT v_take;
       -- STRAIGHT_JOIN: from the candidates to their rows, never from a key to its (parked) tasks.
       SELECT COUNT(*) INTO v_ignored
-        FROM claim_candidates c STRAIGHT_JOIN tasks t ON t.id = c.task_id
-        STRAIGHT_JOIN concurrency_resources r ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
+        FROM claim_candidates c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+        STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
        WHERE c.take = 1 AND t.concurrency_key <> ''
        ORDER BY r.id FOR UPDATE;
       UPDATE claim_candidates c
-        STRAIGHT_JOIN tasks t ON t.id = c.task_id
+        STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
         STRAIGHT_JOIN queues q ON q.id = t.queue_id
-        LEFT JOIN concurrency_resources r
+        LEFT JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
           ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
          AND t.concurrency_key <> ''
          SET c.queue_id = t.queue_id, c.resource_id = COALESCE(r.id, 0),
@@ -177,8 +177,8 @@ BEGIN
                                t.deadline_at, v_now + INTERVAL q.lease_seconds SECOND)
        WHERE c.take = 1;
       SELECT COUNT(*) INTO v_bad
-        FROM claim_candidates c STRAIGHT_JOIN tasks t ON t.id = c.task_id
-        LEFT JOIN concurrency_resources r ON r.id = c.resource_id
+        FROM claim_candidates c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+        LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
        WHERE c.take = 1
          AND (t.lane <> 'READY' OR t.deadline_at <= v_now
               OR (t.concurrency_key <> '' AND (r.id IS NULL OR r.holder_attempt_id IS NOT NULL
@@ -196,10 +196,10 @@ BEGIN
                             lease_expires_at, created_at)
       SELECT new_public_id(), t.id, t.namespace_id, t.application_id, t.queue_id, v_session,
              c.attempt_number, c.token, 'LEASED', c.expires_at, v_now
-        FROM claim_candidates c STRAIGHT_JOIN tasks t ON t.id = c.task_id
+        FROM claim_candidates c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.take = 1 ORDER BY c.priority, c.task_id;
       UPDATE claim_candidates c
-        STRAIGHT_JOIN attempts a ON a.task_id = c.task_id AND a.attempt_number = c.attempt_number
+        STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_number) ON a.task_id = c.task_id AND a.attempt_number = c.attempt_number
          SET c.attempt_id = a.id WHERE c.take = 1;
       INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
       SELECT attempt_id, 'QUEUE', queue_id, NULL, expires_at, v_now FROM claim_candidates
@@ -208,10 +208,10 @@ BEGIN
       INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
       SELECT attempt_id, 'KEY', resource_id, resource_id, expires_at, v_now FROM claim_candidates
        WHERE take = 1 AND resource_id > 0;
-      UPDATE claim_candidates c STRAIGHT_JOIN concurrency_resources r ON r.id = c.resource_id AND c.take = 1
+      UPDATE claim_candidates c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
          SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,
              r.candidate_task_id = NULL, r.updated_at = v_now;
-      UPDATE claim_candidates c STRAIGHT_JOIN tasks t ON t.id = c.task_id AND c.take = 1
+      UPDATE claim_candidates c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
          SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
       UPDATE queues q
