@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import secrets
@@ -174,8 +175,9 @@ class Bench:
         return queue["id"], session["session_id"]
 
     @staticmethod
-    def batch_items(queue: int, count: int, keyed: bool = False) -> str:
-        """task_submit_many's items: new no-op tasks, each with its own key when ``keyed``."""
+    def batch_items(queue: int, count: int, keys=None) -> str:
+        """task_submit_many's items: new no-op tasks; ``keys`` gives each task's concurrency
+        key (an iterator), none when it is None."""
         return json.dumps(
             [
                 {
@@ -187,7 +189,7 @@ class Bench:
                     "payload_version": "v1",
                     "payload": "{}",
                     "business_key": "",
-                    "concurrency_key": secrets.token_hex(6) if keyed else "",
+                    "concurrency_key": next(keys) if keys else "",
                     "priority": 5,
                     "max_attempts": 0,
                     "deadline_seconds": 0,
@@ -205,12 +207,26 @@ class Bench:
             ]
         )
 
-    def phases(self, rounds: int, keyed: bool) -> dict:
-        """One thread, batches of 10 on an otherwise idle server: per phase (submit, claim,
-        start, result) the wall time and the CPU mariadbd spent, per 10 tasks. The CPU is what
-        a phase costs the database on a busy machine; the wall time adds the commit's wait."""
+    def phases(self, rounds: int, keys: str, batch: int = 10) -> dict:
+        """One thread, batches of ``batch`` on an otherwise idle server: per phase (submit,
+        claim, start, result) the wall time and the CPU mariadbd spent, per 10 tasks. The CPU
+        is what a phase costs the database on a busy machine; the wall time adds the commit's
+        wait. Batch sizes side by side split a batch's fixed cost from its cost per task.
+
+        ``keys``: "none" (unkeyed), "own" (each task a key of its own, never seen before) or
+        "shared" (1,000 keys in turn behind a backlog of 10 tasks a key: every submission
+        parks, every result frees a key and promotes its next task, as in the e2e run)."""
         d = Database(self.dsn, pool_size=1)
-        queue, sid = self.batch_queue(d, f"phases-{secrets.token_hex(3)}", 10)
+        queue, sid = self.batch_queue(d, f"phases-{secrets.token_hex(3)}", batch)
+        prefix = secrets.token_hex(4)
+        if keys == "none":
+            names = None
+        elif keys == "own":
+            names = (f"{prefix}-{n}" for n in itertools.count())
+        else:
+            names = (f"{prefix}-{n % 1000}" for n in itertools.count())
+            for _ in range(0, 10_000, 100):
+                d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 100, names))
         wall = dict.fromkeys(("submit", "claim", "start", "result"), 0.0)
         cpu = dict(wall)
         pids = mariadbd_pids()
@@ -219,9 +235,10 @@ class Bench:
             for phase in wall:
                 c0, t0 = db_cpu_seconds(pids), time.perf_counter()
                 if phase == "submit":
-                    d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 10, keyed))
+                    items = self.batch_items(queue, batch, names)
+                    d.call("task_submit_many", self.ns, "bench", items)
                 elif phase == "claim":
-                    [rows] = d.call("worker_claim", self.ns, sid, 10)
+                    [rows] = d.call("worker_claim", self.ns, sid, batch)
                     ids = [r["attempt_id"] for r in rows]
                 elif phase == "start":
                     d.call("attempt_start_many", self.ns, sid, json.dumps(ids))
@@ -233,10 +250,12 @@ class Bench:
                     wall[phase] += w
                     cpu[phase] += c
         d.close()
+        per10 = 1000 * 10 / (rounds * batch)
         return {
-            "keyed": keyed,
-            "wall_ms_per_10": {k: 1000 * v / rounds for k, v in wall.items()},
-            "db_cpu_ms_per_10": {k: 1000 * v / rounds for k, v in cpu.items()},
+            "keys": keys,
+            "batch": batch,
+            "wall_ms_per_10": {k: v * per10 for k, v in wall.items()},
+            "db_cpu_ms_per_10": {k: v * per10 for k, v in cpu.items()},
         }
 
     def procedure_batched(self, threads: int, seconds: float, batch: int = 10) -> dict:
@@ -489,7 +508,7 @@ def e2e(
                     handler_version="v1",
                     payload_version="v1",
                     payload={"n": n},
-                    concurrency_key=f"{name}-{n % keys}" if keys else None,
+                    concurrency_key=f"{name}-{queue}-{n % keys}" if keys else None,
                 ),
             )
             for n in range(i, tasks, producers)
@@ -526,15 +545,24 @@ def e2e(
         (row["id"],),
     )
     ms = [float(r["ms"]) for r in lat]
-    rss = []
+    rss: list[int] = []
+    sizes: dict[str, tuple[int, int]] = {}
     for p in procs:
         p.send_signal(signal.SIGTERM)
     for p in procs:
         out, _ = p.communicate(timeout=30)
-        rss += [int(line.split("=")[1]) for line in out.splitlines() if line.startswith("rss_kib=")]
+        for line in out.splitlines():
+            field, _, value = line.partition("=")
+            if field == "rss_kib":
+                rss.append(int(value))
+            elif field.startswith("calls_"):
+                calls, items = (int(v) for v in value.split(","))
+                was = sizes.get(field[6:], (0, 0))
+                sizes[field[6:]] = (was[0] + calls, was[1] + items)
     return {
         "scenario": name,
         "submit_batch": batch,
+        "capacity": capacity,
         "tasks": tasks,
         "keys": keys,
         "completed": done["n"],
@@ -543,6 +571,8 @@ def e2e(
         "submit_to_start_p50_ms": pct(ms, 50),
         "submit_to_start_p99_ms": pct(ms, 99),
         "sdk_worker_peak_rss_mib": max(rss, default=0) / 1024,
+        "worker_requests": {k: c for k, (c, _) in sizes.items()},
+        "attempts_per_request": {k: i / c for k, (c, i) in sizes.items() if c},
         "cpu_busy_pct": 100 * (cpu_after[0] - cpu_before[0]) / total if total else 0.0,
         "mariadbd_cpu_pct": 100 * (cpu_after[2] - cpu_before[2]) / total if total else 0.0,
     }
@@ -565,13 +595,16 @@ def peer(bench: Bench, url: str, jobs: int) -> dict:
         ratio = mine["tasks_per_s"] / theirs["jobs_per_s"]
         out[f"keys{keys}"] = {
             "orbit_tasks_per_s": mine["tasks_per_s"],
+            "orbit_attempts_per_request": mine["attempts_per_request"],
             "procrastinate_jobs_per_s": theirs["jobs_per_s"],
             "ratio": ratio,
         }
         target = 10 if keys else 2.5
         print(
             f"peer keys={keys}: Orbit {mine['tasks_per_s']:.0f}/s, Procrastinate "
-            f"{theirs['jobs_per_s']:.0f}/s, ratio {ratio:.2f} (target >= {target})",
+            f"{theirs['jobs_per_s']:.0f}/s, ratio {ratio:.2f} (target >= {target}); Orbit's "
+            "attempts per "
+            + ", ".join(f"{k} {v:.1f}" for k, v in mine["attempts_per_request"].items()),
             flush=True,
         )
     return out
@@ -587,7 +620,10 @@ def main() -> int:
     )
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument(
-        "--batch", type=int, default=10, help="tasks per submission request of the e2e producers"
+        "--capacity", type=int, default=100, help="capacity of each e2e SDK worker process"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=100, help="tasks per submission request of the e2e producers"
     )
     args = parser.parse_args()
     parts = set(args.only or ["ceiling", "procedure", "phases", "blocked", "e2e", "peer"])
@@ -637,10 +673,15 @@ def main() -> int:
                 flush=True,
             )
         if "phases" in parts:
-            results["phases"] = [bench.phases(100, keyed) for keyed in (False, True)]
+            results["phases"] = [
+                bench.phases(1000 // batch, keys, batch)
+                for batch in (10, 100)
+                for keys in ("none", "own", "shared")
+            ]
             for ph in results["phases"]:
                 print(
-                    f"phases, {'keyed' if ph['keyed'] else 'unkeyed'}, per 10 tasks: "
+                    f"phases, batches of {ph['batch']}, keys {ph['keys']}, "
+                    "per 10 tasks: "
                     + ", ".join(
                         f"{k} {ph['wall_ms_per_10'][k]:.1f} ms ({ph['db_cpu_ms_per_10'][k]:.1f} "
                         "ms db CPU)"
@@ -667,12 +708,15 @@ def main() -> int:
                 if "peer" in parts:
                     results["peer"] = peer(bench, url, 6000 if args.large else 2000)
                 if "e2e" in parts:
-                    n = 6000 if args.large else 2000
+                    n = 30_000 if args.large else 10_000
+                    # (name, tasks, keys, tasks per submission, capacity per SDK worker)
+                    b, c = args.batch, args.capacity
                     runs = [
-                        ("unkeyed", n, 0, args.batch),
-                        ("keys1000", n, 1000, args.batch),
-                        ("hot10", n // 4, 10, args.batch),
-                        ("unbatched", n // 2, 0, 1),  # POST /v1/tasks per task, for comparison
+                        ("unkeyed", n, 0, b, c),
+                        ("keys1000", n, 1000, b, c),
+                        ("hot10", n // 4, 10, b, c),
+                        ("unkeyed-cap16", n // 2, 0, b, 16),  # smaller claims, for comparison
+                        ("unbatched", n // 2, 0, 1, c),  # POST /v1/tasks per task
                     ]
                     results["e2e"] = [
                         e2e(
@@ -683,10 +727,10 @@ def main() -> int:
                             keys,
                             producers=8,
                             workers=2,
-                            capacity=16,
+                            capacity=capacity,
                             batch=batch,
                         )
-                        for name, count, keys, batch in runs
+                        for name, count, keys, batch, capacity in runs
                     ]
                     children = subprocess.run(
                         ["pgrep", "-P", str(proc_server.pid)], capture_output=True, text=True
@@ -699,11 +743,13 @@ def main() -> int:
                 proc_server.wait(30)
             for r in results.get("e2e", []):
                 print(
-                    f"e2e {r['scenario']:>9}: {r['tasks_per_s']:.0f} tasks/s "
+                    f"e2e {r['scenario']:>13} (batch {r['submit_batch']}, capacity "
+                    f"{r['capacity']}): {r['tasks_per_s']:.0f} tasks/s "
                     f"(submit {r['submit_per_s']:.0f}/s), submit-to-start p50 "
                     f"{r['submit_to_start_p50_ms']:.0f} ms "
                     f"p99 {r['submit_to_start_p99_ms']:.0f} ms; CPU {r['cpu_busy_pct']:.0f}% busy "
-                    f"(mariadbd {r['mariadbd_cpu_pct']:.0f}% of the machine)",
+                    f"(mariadbd {r['mariadbd_cpu_pct']:.0f}% of the machine); attempts per "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in r["attempts_per_request"].items()),
                     flush=True,
                 )
             if "e2e" in results:
