@@ -1,7 +1,8 @@
 """An SDK worker process with a no-op handler, for the end-to-end benchmark.
 
 On exit it prints its peak RSS and, per worker call (claim, start, result), how many requests
-it made and how many attempts they carried: the batch sizes the run actually reached."""
+it made, how many attempts they carried (the batch sizes the run actually reached) and the
+seconds it waited on them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import resource
 import sys
 import threading
+import time
 
 from orbit_shell.worker import Worker
 
@@ -17,10 +19,12 @@ from orbit_shell.worker import Worker
 def counted(fn, name: str, counts: dict, lock: threading.Lock, size):
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        t0 = time.perf_counter()
         out = fn(*args, **kwargs)
+        spent = time.perf_counter() - t0
         with lock:
-            calls, items = counts.get(name, (0, 0))
-            counts[name] = (calls + 1, items + size(args, out))
+            calls, items, seconds = counts.get(name, (0, 0, 0.0))
+            counts[name] = (calls + 1, items + size(args, out), seconds + spent)
         return out
 
     return call
@@ -32,11 +36,12 @@ def main() -> None:
         url=os.environ["ORBIT_URL"],
         token=os.environ["ORBIT_TOKEN"],
         capacity=int(os.environ.get("CAPACITY", "8")),
+        prefetch=int(os.environ.get("PREFETCH", "0")),
         wait_ms=1000,
         drain_timeout=10,
     )
     worker.register("noop", "v1", lambda event: None)
-    counts: dict[str, tuple[int, int]] = {}
+    counts: dict[str, tuple[int, int, float]] = {}
     lock = threading.Lock()
     t = worker.transport
     t.claim = counted(t.claim, "claim", counts, lock, lambda a, out: len(out))
@@ -45,8 +50,8 @@ def main() -> None:
     worker.run(install_signals=True)
     # ru_maxrss is in KiB on Linux.
     print(f"rss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
-    for name, (calls, items) in sorted(counts.items()):
-        print(f"calls_{name}={calls},{items}", flush=True)
+    for name, (calls, items, seconds) in sorted(counts.items()):
+        print(f"calls_{name}={calls},{items},{seconds:.3f}", flush=True)
 
 
 if __name__ == "__main__":

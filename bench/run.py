@@ -469,6 +469,7 @@ def e2e(
     capacity: int,
     drain: bool = False,
     batch: int = 50,
+    prefetch: int = 0,
 ) -> dict:
     """Producers and SDK worker processes together; with ``drain`` the tasks are all submitted
     first and the clock starts when the workers do (the peer's way of measuring). Producers
@@ -477,7 +478,12 @@ def e2e(
     queue = client.create_queue(f"e2e-{name}-{secrets.token_hex(3)}", lease_seconds=30).queue_id
     client.close()
     env = dict(
-        os.environ, ORBIT_URL=url, ORBIT_TOKEN=bench.token, QUEUE_IDS=queue, CAPACITY=str(capacity)
+        os.environ,
+        ORBIT_URL=url,
+        ORBIT_TOKEN=bench.token,
+        QUEUE_IDS=queue,
+        CAPACITY=str(capacity),
+        PREFETCH=str(prefetch),
     )
 
     def spawn_workers():
@@ -546,7 +552,7 @@ def e2e(
     )
     ms = [float(r["ms"]) for r in lat]
     rss: list[int] = []
-    sizes: dict[str, tuple[int, int]] = {}
+    sizes: dict[str, tuple[int, int, float]] = {}
     for p in procs:
         p.send_signal(signal.SIGTERM)
     for p in procs:
@@ -556,13 +562,18 @@ def e2e(
             if field == "rss_kib":
                 rss.append(int(value))
             elif field.startswith("calls_"):
-                calls, items = (int(v) for v in value.split(","))
-                was = sizes.get(field[6:], (0, 0))
-                sizes[field[6:]] = (was[0] + calls, was[1] + items)
+                calls, items, seconds = value.split(",")
+                was = sizes.get(field[6:], (0, 0, 0.0))
+                sizes[field[6:]] = (
+                    was[0] + int(calls),
+                    was[1] + int(items),
+                    was[2] + float(seconds),
+                )
     return {
         "scenario": name,
         "submit_batch": batch,
         "capacity": capacity,
+        "prefetch": prefetch,
         "tasks": tasks,
         "keys": keys,
         "completed": done["n"],
@@ -571,8 +582,9 @@ def e2e(
         "submit_to_start_p50_ms": pct(ms, 50),
         "submit_to_start_p99_ms": pct(ms, 99),
         "sdk_worker_peak_rss_mib": max(rss, default=0) / 1024,
-        "worker_requests": {k: c for k, (c, _) in sizes.items()},
-        "attempts_per_request": {k: i / c for k, (c, i) in sizes.items() if c},
+        "worker_requests": {k: c for k, (c, _, _) in sizes.items()},
+        "attempts_per_request": {k: i / c for k, (c, i, _) in sizes.items() if c},
+        "request_ms": {k: 1000 * s / c for k, (c, _, s) in sizes.items() if c},
         "cpu_busy_pct": 100 * (cpu_after[0] - cpu_before[0]) / total if total else 0.0,
         "mariadbd_cpu_pct": 100 * (cpu_after[2] - cpu_before[2]) / total if total else 0.0,
     }
@@ -588,21 +600,39 @@ def peer(bench: Bench, url: str, jobs: int) -> dict:
         return {"skipped": str(exc)}
     out = {}
     for keys in (0, 1000):
-        mine = e2e(
-            bench, url, f"drain{keys}", jobs, keys, producers=8, workers=1, capacity=10, drain=True
+        mine, ahead = (
+            e2e(
+                bench,
+                url,
+                f"drain{keys}-p{prefetch}",
+                jobs,
+                keys,
+                producers=8,
+                workers=1,
+                capacity=10,
+                drain=True,
+                prefetch=prefetch,
+            )
+            for prefetch in (0, 10)
         )
         theirs = peer_procrastinate.run(jobs, keys, 10)
         ratio = mine["tasks_per_s"] / theirs["jobs_per_s"]
+        ratio_ahead = ahead["tasks_per_s"] / theirs["jobs_per_s"]
         out[f"keys{keys}"] = {
             "orbit_tasks_per_s": mine["tasks_per_s"],
             "orbit_attempts_per_request": mine["attempts_per_request"],
+            "orbit_request_ms": mine["request_ms"],
+            "orbit_prefetch10_tasks_per_s": ahead["tasks_per_s"],
+            "orbit_prefetch10_attempts_per_request": ahead["attempts_per_request"],
             "procrastinate_jobs_per_s": theirs["jobs_per_s"],
             "ratio": ratio,
+            "ratio_prefetch10": ratio_ahead,
         }
         target = 10 if keys else 2.5
         print(
-            f"peer keys={keys}: Orbit {mine['tasks_per_s']:.0f}/s, Procrastinate "
-            f"{theirs['jobs_per_s']:.0f}/s, ratio {ratio:.2f} (target >= {target}); Orbit's "
+            f"peer keys={keys}: Orbit {mine['tasks_per_s']:.0f}/s ({ahead['tasks_per_s']:.0f}/s "
+            f"with prefetch=10), Procrastinate {theirs['jobs_per_s']:.0f}/s, ratio "
+            f"{ratio:.2f} ({ratio_ahead:.2f} with prefetch; target >= {target}); Orbit's "
             "attempts per "
             + ", ".join(f"{k} {v:.1f}" for k, v in mine["attempts_per_request"].items()),
             flush=True,

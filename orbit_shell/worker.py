@@ -4,7 +4,9 @@ A :class:`Worker` says hello once, claims with a bounded long poll, confirms **s
 handler runs, renews leases in the background, reports results and drains on shutdown. What
 one claim returned is started in one request, and outcomes are reported in batches (what
 finishes within ``report_linger`` of the first, sent at once when nothing else is in flight),
-each attempt keeping its own answer::
+each attempt keeping its own answer. With ``prefetch`` the worker holds up to that many
+claimed attempts beyond its running handlers, not started, so a freed handler starts the next
+one without waiting for a report and a claim::
 
     worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
 
@@ -145,6 +147,10 @@ class Worker:
         url, token: the Orbit server and a credential with workers:connect/consume (HTTP).
         transport: another transport instead (e.g. :class:`~orbit_shell.transport.MysqlTransport`).
         capacity: handlers running at once.
+        prefetch: attempts the worker may hold claimed beyond ``capacity`` (leased, renewed,
+            not started until a handler is free; the session's capacity is their sum).
+            Without it a handler slot frees only once its result is recorded and a new claim
+            returned, so short handlers run in lockstep with the three requests of a round.
         worker_id: stable identity; a fresh one per process by default.
         concurrency_keys: declare support for keyed tasks (default True, W4).
         wait_ms: long-poll wait of a claim.
@@ -162,6 +168,7 @@ class Worker:
         token: str | None = None,
         transport: Transport | None = None,
         capacity: int = 4,
+        prefetch: int = 0,
         worker_id: str | None = None,
         concurrency_keys: bool = True,
         wait_ms: int = 2000,
@@ -173,9 +180,12 @@ class Worker:
             if not (url and token):
                 raise ValueError("give url and token, or a transport")
             transport = HttpTransport(Client(url, token))
+        if capacity < 1 or prefetch < 0:
+            raise ValueError("capacity must be at least 1 and prefetch at least 0")
         self.transport = transport
         self.queue_ids = list(queue_ids)
         self.capacity = capacity
+        self.prefetch = prefetch
         self.worker_id = worker_id or (
             f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
         )
@@ -188,7 +198,13 @@ class Worker:
         self.guard = ProtocolGuard(concurrency_keys)
         self.session_id: str | None = None
         self.lease_seconds = 30
+        # Every attempt held, until its result is recorded: waiting (leased, not started),
+        # running, or finished and awaiting its report. The session's capacity bounds it.
         self.inflight: dict[str, TaskEvent] = {}
+        self._waiting: collections.deque[TaskEvent] = collections.deque()
+        self._running = 0  # attempts started whose handler has not returned
+        self._closing = threading.Event()  # the drain is over: start nothing more
+        self._start_lock = threading.Lock()  # held while a batch is being started
         self.drained = False
         self._stopping = threading.Event()
         self._done = threading.Event()
@@ -235,6 +251,10 @@ class Worker:
         pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="orbit-handler")
         reporter = threading.Thread(target=self._report_loop, name="orbit-report", daemon=True)
         reporter.start()
+        starter = threading.Thread(
+            target=self._start_loop, args=(pool,), name="orbit-start", daemon=True
+        )
+        starter.start()
         try:
             if self._hello(pool):
                 renewer = threading.Thread(target=self._renew_loop, daemon=True)
@@ -251,7 +271,10 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 hello = self.transport.hello(
-                    self.worker_id, self.queue_ids, self.capacity, self.concurrency_keys
+                    self.worker_id,
+                    self.queue_ids,
+                    self.capacity + self.prefetch,
+                    self.concurrency_keys,
                 )
             except UnavailableError as exc:
                 log.warning("hello failed: %s", exc, extra={"action": "worker.hello"})
@@ -275,7 +298,7 @@ class Worker:
         backoff = 0.1
         while not self._stopping.is_set():
             with self._slots:
-                free = self.capacity - len(self.inflight)
+                free = self.capacity + self.prefetch - len(self.inflight)
                 if free <= 0:
                     self._slots.wait(0.5)
                     continue
@@ -290,7 +313,7 @@ class Worker:
             self._dispatch(assignments, pool)
 
     def _dispatch(self, wires: list[dict[str, Any]], pool: ThreadPoolExecutor) -> None:
-        """Check the assignments (W5), start them in one batch, run the ones that started."""
+        """Check the assignments (W5) and queue them for the starter."""
         events = []
         for wire in wires:
             if wire["attempt_id"] in self.inflight:
@@ -309,6 +332,39 @@ class Worker:
         with self._slots:
             for event in events:
                 self.inflight[event.attempt_id] = event
+            self._waiting.extend(events)
+            self._slots.notify_all()
+
+    def _start_loop(self, pool: ThreadPoolExecutor) -> None:
+        """Start waiting attempts as handlers free up, several in one request. When more wait
+        than handlers are free, the freed slots gather for up to ``report_linger`` (handlers
+        of one claim tend to finish together); without prefetch everything waiting fits."""
+        while not self._closing.is_set():
+            with self._slots:
+                if not (self._waiting and self._running < self.capacity):
+                    self._slots.wait(0.5)
+                    continue
+                linger = time.monotonic() + self.report_linger
+                while (
+                    0 < self._running
+                    and self.capacity - self._running < len(self._waiting)
+                    and time.monotonic() < linger
+                ):
+                    self._slots.wait(max(0.0, linger - time.monotonic()))
+            with self._start_lock:
+                if self._closing.is_set():
+                    return  # never started: each lease expires and the server recovers it
+                with self._slots:
+                    batch = [
+                        self._waiting.popleft()
+                        for _ in range(min(len(self._waiting), self.capacity - self._running))
+                    ]
+                    self._running += len(batch)
+                if batch:
+                    self._start(batch, pool)
+
+    def _start(self, events: list[TaskEvent], pool: ThreadPoolExecutor) -> None:
+        """Start the attempts in one request and run the ones that started."""
         try:
             started = self.transport.start_many(self.session_id, [e.attempt_id for e in events])
         except ApiError as exc:
@@ -322,17 +378,29 @@ class Worker:
                     outcome,
                     extra={"action": "worker.start", "attempt_id": event.attempt_id},
                 )
+                self._handler_done()
                 self._release_slot(event)
             else:
                 pool.submit(self._execute, event)
+
+    def _started_unreported(self) -> int:
+        with self._slots:
+            return len(self.inflight) - len(self._waiting)
+
+    def _handler_done(self) -> None:
+        with self._slots:
+            self._running -= 1
+            self._slots.notify_all()
 
     def _execute(self, event: TaskEvent) -> None:
         try:
             outcome, retryable, result, error = self._call_handler(event)
         except BaseException:
+            self._handler_done()
             self._release_slot(event)
             raise
         self._reports.put((event, outcome, retryable, result, error))
+        self._handler_done()
 
     def _release_slot(self, event: TaskEvent) -> None:
         with self._slots:
@@ -375,7 +443,7 @@ class Worker:
                 return
             batch = [first]
             linger = time.monotonic() + self.report_linger
-            while len(batch) < 100 and len(batch) < len(self.inflight):
+            while len(batch) < 100 and len(batch) < self._started_unreported():
                 try:
                     item = self._reports.get(timeout=max(0.0, linger - time.monotonic()))
                 except queue.Empty:
@@ -450,6 +518,9 @@ class Worker:
             while self.inflight and time.monotonic() < deadline:
                 self._slots.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             self.drained = not self.inflight
+        self._closing.set()
+        with self._start_lock:
+            pass  # a batch being started is handed to the pool before the pool shuts down
         if self.session_id:
             try:
                 self.transport.goodbye(self.session_id)

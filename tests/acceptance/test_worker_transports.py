@@ -244,6 +244,51 @@ def test_drain_finishes_in_flight_work_then_says_goodbye(make_worker, api):
     assert api.get_task(task).state == "SUCCEEDED"
 
 
+def test_prefetch_holds_claimed_attempts_without_running_more_than_capacity(
+    make_worker, api, database
+):
+    """W4 with prefetch: the session holds capacity + prefetch attempts, at most `capacity`
+    handlers run, the prefetched wait LEASED (not started) until a handler is free, and a
+    drain runs them before saying goodbye."""
+    q = api.create_queue("prefetch").queue_id
+    [row] = database.query("SELECT id FROM queues WHERE public_id = %s", (q,))
+    gate, lock = threading.Event(), threading.Lock()
+    running, most = [0], [0]
+    worker = make_worker([q], capacity=2, prefetch=3, drain_timeout=20)
+
+    @worker.handler("job")
+    def held(event):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        gate.wait(20)
+        with lock:
+            running[0] -= 1
+
+    ids = [_submit(api, q) for _ in range(7)]
+    worker.start()
+
+    def held_states() -> dict[str, int]:
+        rows = database.query(
+            "SELECT state, COUNT(*) AS n FROM attempts WHERE queue_id = %s "
+            "AND state IN ('LEASED', 'RUNNING') GROUP BY state",
+            (row["id"],),
+        )
+        return {r["state"]: r["n"] for r in rows}
+
+    deadline = time.monotonic() + 15
+    while held_states() != {"RUNNING": 2, "LEASED": 3} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held_states() == {"RUNNING": 2, "LEASED": 3}  # two run, three wait unstarted
+    worker.stop()  # drain: no more claims; the prefetched three still run
+    time.sleep(0.5)
+    gate.set()
+    assert worker.drain(timeout=30) is True
+    states = [api.get_task(t).state for t in ids]
+    assert sorted(states) == ["SUCCEEDED"] * 5 + ["WAITING"] * 2
+    assert most[0] == 2
+
+
 def test_least_privilege_account_can_run_worker_procedures_but_not_touch_tables(worker_dsn):
     conn = db.connect(worker_dsn)
     try:
