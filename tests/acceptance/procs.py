@@ -13,7 +13,7 @@ from pathlib import Path
 WORKER = Path(__file__).with_name("worker_proc.py")
 
 
-def spawn(url, tenant, queue_id, fence_dsn, sleep=0.0, value="v"):
+def spawn(url, tenant, queue_id, fence_dsn, sleep=0.0, value="v", prefetch=0):
     env = dict(
         os.environ,
         ORBIT_URL=url,
@@ -23,6 +23,7 @@ def spawn(url, tenant, queue_id, fence_dsn, sleep=0.0, value="v"):
         FENCE_NAMESPACE=tenant.namespace,
         HANDLER_SLEEP=str(sleep),
         VALUE=value,
+        PREFETCH=str(prefetch),
     )
     proc = subprocess.Popen(
         [sys.executable, str(WORKER)],

@@ -172,7 +172,11 @@ def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant,
     client = Client(orbit_server, tenant.token, retries=8)
     queue = client.create_queue("mixed", lease_seconds=2).queue_id
     submitted = [submit(client, queue, f"mixed/{i % CHAOS_KEYS}") for i in range(CHAOS_TASKS)]
-    workers = [spawn(orbit_server, tenant, queue, fence, sleep=CHAOS_SLEEP) for _ in range(2)]
+    # One worker of each kind, and every replacement alternates: with prefetch, a killed
+    # worker also leaves leased attempts that never started (they must expire, not run twice).
+    workers = [
+        spawn(orbit_server, tenant, queue, fence, sleep=CHAOS_SLEEP, prefetch=n) for n in (0, 2)
+    ]
     kills = 0
 
     def settled():
@@ -192,7 +196,10 @@ def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant,
             victim = workers.pop(0)
             victim.send_signal(signal.SIGKILL)  # mid-task, most likely
             victim.wait(10)
-            workers.append(spawn(orbit_server, tenant, queue, fence, sleep=CHAOS_SLEEP))
+            ahead = 2 * (kills % 2)
+            workers.append(
+                spawn(orbit_server, tenant, queue, fence, sleep=CHAOS_SLEEP, prefetch=ahead)
+            )
             db_kills[0] += kill_connections(database.dsn)  # mid-procedure, for some of them
             kills += 1
             next_kill[0] = time.monotonic() + 3.0

@@ -30,6 +30,7 @@ def main() -> None:
         url=os.environ["ORBIT_URL"],
         token=os.environ["ORBIT_TOKEN"],
         capacity=2,
+        prefetch=int(os.environ.get("PREFETCH", "0")),
         wait_ms=500,
         drain_timeout=5,
     )
