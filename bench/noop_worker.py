@@ -1,4 +1,5 @@
-"""An SDK worker process with a no-op handler, for the end-to-end benchmark.
+"""An SDK worker process with a no-op handler, for the end-to-end benchmark: over HTTP, or
+over the direct MySQL transport when ``ORBIT_WORKER_DSN`` is set.
 
 On exit it prints its peak RSS and, per worker call (claim, start, result), how many requests
 it made, how many attempts they carried (the batch sizes the run actually reached) and the
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 
+from orbit_shell.transport import MysqlTransport
 from orbit_shell.worker import Worker
 
 
@@ -31,10 +33,20 @@ def counted(fn, name: str, counts: dict, lock: threading.Lock, size):
 
 
 def main() -> None:
+    if os.environ.get("ORBIT_WORKER_DSN"):  # the direct transport (W9)
+        where = {
+            "transport": MysqlTransport(
+                os.environ["ORBIT_WORKER_DSN"],
+                os.environ["ORBIT_APPLICATION"],
+                os.environ["ORBIT_ENVIRONMENT"],
+                os.environ["ORBIT_NAMESPACE"],
+            )
+        }
+    else:
+        where = {"url": os.environ["ORBIT_URL"], "token": os.environ["ORBIT_TOKEN"]}
     worker = Worker(
         os.environ["QUEUE_IDS"].split(","),
-        url=os.environ["ORBIT_URL"],
-        token=os.environ["ORBIT_TOKEN"],
+        **where,
         capacity=int(os.environ.get("CAPACITY", "8")),
         prefetch=int(os.environ.get("PREFETCH", "0")),
         wait_ms=1000,

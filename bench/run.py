@@ -22,6 +22,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from orbit_shell import auth, db, localdb, schema  # noqa: E402
+from orbit_shell.cli import admin  # noqa: E402
 from orbit_shell.client import Client  # noqa: E402
 from orbit_shell.db import Database  # noqa: E402
 from orbit_shell.models import SubmitTaskRequest  # noqa: E402
@@ -61,6 +63,17 @@ class Bench:
             "bench",
         )
         self.token, self.queue_public = token, row["queue_id"]
+        self.application = app
+        # The direct worker transport (W9) logs in with the least-privilege account that
+        # orbit-admin makes, over TCP like a worker on another host would.
+        with tempfile.TemporaryDirectory() as tmp:
+            account = admin.worker_account(
+                dsn,
+                argparse.Namespace(
+                    user="bench_worker", host="127.0.0.1", output=str(Path(tmp) / "w.json")
+                ),
+            )
+        self.worker_dsn = account["dsn"]
         self.ns, self.app = row["namespace_id"], row["application_id"]
         self.queue = self.db.query(
             "SELECT id FROM queues WHERE public_id = %s", (self.queue_public,)
@@ -470,10 +483,14 @@ def e2e(
     drain: bool = False,
     batch: int = 50,
     prefetch: int = 0,
+    direct: bool = False,
+    rate: float = 0.0,
 ) -> dict:
     """Producers and SDK worker processes together; with ``drain`` the tasks are all submitted
     first and the clock starts when the workers do (the peer's way of measuring). Producers
-    send ``batch`` tasks per request (POST /v1/tasks/batch; 1 = POST /v1/tasks each)."""
+    send ``batch`` tasks per request (POST /v1/tasks/batch; 1 = POST /v1/tasks each), at
+    ``rate`` tasks/s in all when it is set (the submit-to-start latency of a queue that keeps
+    up, where an unpaced run measures the backlog the producers build)."""
     client = Client(url, bench.token)
     queue = client.create_queue(f"e2e-{name}-{secrets.token_hex(3)}", lease_seconds=30).queue_id
     client.close()
@@ -485,6 +502,13 @@ def e2e(
         CAPACITY=str(capacity),
         PREFETCH=str(prefetch),
     )
+    if direct:  # the SDK workers call the procedures over MySQL (W9) instead of HTTP
+        env.update(
+            ORBIT_WORKER_DSN=bench.worker_dsn,
+            ORBIT_APPLICATION=bench.application,
+            ORBIT_ENVIRONMENT="bench",
+            ORBIT_NAMESPACE="ns",
+        )
 
     def spawn_workers():
         return [
@@ -519,7 +543,10 @@ def e2e(
             )
             for n in range(i, tasks, producers)
         ]
-        for at in range(0, len(mine), batch):
+        for k, at in enumerate(range(0, len(mine), batch)):
+            if rate:  # this producer's k-th request, interleaved with the others' at ``rate``
+                due = started + (k * producers + i) * batch / rate
+                time.sleep(max(0.0, due - time.monotonic()))
             if batch == 1:
                 c.submit_task(*mine[at])
                 continue
@@ -574,6 +601,8 @@ def e2e(
         "submit_batch": batch,
         "capacity": capacity,
         "prefetch": prefetch,
+        "transport": "mysql" if direct else "http",
+        "paced_submit_per_s": rate,
         "tasks": tasks,
         "keys": keys,
         "completed": done["n"],
@@ -599,12 +628,18 @@ def peer(bench: Bench, url: str, jobs: int) -> dict:
         print(f"peer: skipped ({exc}); pip install 'procrastinate[psycopg]'", flush=True)
         return {"skipped": str(exc)}
     out = {}
+    ways = {  # Orbit's worker: over HTTP or the direct MySQL transport, with or without prefetch
+        "http": (False, 0),
+        "http_prefetch10": (False, 10),
+        "mysql": (True, 0),
+        "mysql_prefetch10": (True, 10),
+    }
     for keys in (0, 1000):
-        mine, ahead = (
-            e2e(
+        mine = {
+            way: e2e(
                 bench,
                 url,
-                f"drain{keys}-p{prefetch}",
+                f"drain{keys}-{way}",
                 jobs,
                 keys,
                 producers=8,
@@ -612,29 +647,27 @@ def peer(bench: Bench, url: str, jobs: int) -> dict:
                 capacity=10,
                 drain=True,
                 prefetch=prefetch,
+                direct=direct,
             )
-            for prefetch in (0, 10)
-        )
-        theirs = peer_procrastinate.run(jobs, keys, 10)
-        ratio = mine["tasks_per_s"] / theirs["jobs_per_s"]
-        ratio_ahead = ahead["tasks_per_s"] / theirs["jobs_per_s"]
-        out[f"keys{keys}"] = {
-            "orbit_tasks_per_s": mine["tasks_per_s"],
-            "orbit_attempts_per_request": mine["attempts_per_request"],
-            "orbit_request_ms": mine["request_ms"],
-            "orbit_prefetch10_tasks_per_s": ahead["tasks_per_s"],
-            "orbit_prefetch10_attempts_per_request": ahead["attempts_per_request"],
-            "procrastinate_jobs_per_s": theirs["jobs_per_s"],
-            "ratio": ratio,
-            "ratio_prefetch10": ratio_ahead,
+            for way, (direct, prefetch) in ways.items()
         }
-        target = 10 if keys else 2.5
+        theirs = peer_procrastinate.run(jobs, keys, 10)
+        ratios = {way: r["tasks_per_s"] / theirs["jobs_per_s"] for way, r in mine.items()}
+        out[f"keys{keys}"] = {
+            "procrastinate_jobs_per_s": theirs["jobs_per_s"],
+            "orbit_tasks_per_s": {way: r["tasks_per_s"] for way, r in mine.items()},
+            "orbit_attempts_per_request": {
+                way: r["attempts_per_request"] for way, r in mine.items()
+            },
+            "orbit_request_ms": {way: r["request_ms"] for way, r in mine.items()},
+            "ratio": ratios,
+        }
         print(
-            f"peer keys={keys}: Orbit {mine['tasks_per_s']:.0f}/s ({ahead['tasks_per_s']:.0f}/s "
-            f"with prefetch=10), Procrastinate {theirs['jobs_per_s']:.0f}/s, ratio "
-            f"{ratio:.2f} ({ratio_ahead:.2f} with prefetch; target >= {target}); Orbit's "
-            "attempts per "
-            + ", ".join(f"{k} {v:.1f}" for k, v in mine["attempts_per_request"].items()),
+            f"peer keys={keys}: Procrastinate {theirs['jobs_per_s']:.0f}/s; Orbit "
+            + ", ".join(
+                f"{way} {mine[way]['tasks_per_s']:.0f}/s ({ratios[way]:.2f}x)" for way in ways
+            )
+            + f" (target >= {10 if keys else 2.5}x)",
             flush=True,
         )
     return out
@@ -739,14 +772,18 @@ def main() -> int:
                     results["peer"] = peer(bench, url, 6000 if args.large else 2000)
                 if "e2e" in parts:
                     n = 30_000 if args.large else 10_000
-                    # (name, tasks, keys, tasks per submission, capacity per SDK worker)
+                    # (name, tasks, keys, tasks per submission, capacity per SDK worker,
+                    # submissions/s: 0 = as fast as the producers go)
                     b, c = args.batch, args.capacity
                     runs = [
-                        ("unkeyed", n, 0, b, c),
-                        ("keys1000", n, 1000, b, c),
-                        ("hot10", n // 4, 10, b, c),
-                        ("unkeyed-cap16", n // 2, 0, b, 16),  # smaller claims, for comparison
-                        ("unbatched", n // 2, 0, 1, c),  # POST /v1/tasks per task
+                        ("unkeyed", n, 0, b, c, 0),
+                        ("keys1000", n, 1000, b, c, 0),
+                        ("hot10", n // 4, 10, b, c, 0),
+                        # At the targets' rates: the latency of a queue that keeps up.
+                        ("unkeyed@1000", n, 0, b, c, 1000),
+                        ("keys1000@800", n, 1000, b, c, 800),
+                        ("unkeyed-cap16", n // 2, 0, b, 16, 0),  # smaller claims
+                        ("unbatched", n // 2, 0, 1, c, 0),  # POST /v1/tasks per task
                     ]
                     results["e2e"] = [
                         e2e(
@@ -759,8 +796,9 @@ def main() -> int:
                             workers=2,
                             capacity=capacity,
                             batch=batch,
+                            rate=rate,
                         )
-                        for name, count, keys, batch, capacity in runs
+                        for name, count, keys, batch, capacity, rate in runs
                     ]
                     children = subprocess.run(
                         ["pgrep", "-P", str(proc_server.pid)], capture_output=True, text=True
