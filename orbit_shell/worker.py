@@ -262,6 +262,7 @@ class Worker:
                 self._claim_loop(pool)
             self._finish(pool)
         finally:
+            self._closing.set()
             self._reports.put(None)
             self._done.set()
 
@@ -364,15 +365,16 @@ class Worker:
                     self._start(batch, pool)
 
     def _start(self, events: list[TaskEvent], pool: ThreadPoolExecutor) -> None:
-        """Start the attempts in one request and run the ones that started."""
+        """Start the attempts in one request and run the ones that started. Nothing here may
+        end the starter thread: an attempt that cannot be run is left to its lease."""
         try:
             started = self.transport.start_many(self.session_id, [e.attempt_id for e in events])
-        except ApiError as exc:
+        except Exception as exc:  # noqa: BLE001 - an ApiError, or a transport fault
             # Not started, so nothing ran: each lease expires and the server recovers it.
             log.warning("start failed: %s", exc, extra={"action": "worker.start"})
             started = [exc] * len(events)
         for event, outcome in zip(events, started, strict=True):
-            if isinstance(outcome, ApiError):
+            if isinstance(outcome, Exception):
                 log.warning(
                     "start refused: %s",
                     outcome,
@@ -380,8 +382,16 @@ class Worker:
                 )
                 self._handler_done()
                 self._release_slot(event)
-            else:
+                continue
+            try:
                 pool.submit(self._execute, event)
+            except RuntimeError:  # the pool is shut down: the drain is over
+                log.warning(
+                    "started but not run: worker closing",
+                    extra={"action": "worker.start", "attempt_id": event.attempt_id},
+                )
+                self._handler_done()
+                self._release_slot(event)
 
     def _started_unreported(self) -> int:
         with self._slots:

@@ -289,6 +289,28 @@ def test_prefetch_holds_claimed_attempts_without_running_more_than_capacity(
     assert most[0] == 2
 
 
+def test_a_start_that_fails_unexpectedly_leaves_the_attempt_to_its_lease(make_worker, api):
+    """The starter survives a fault that is not an API error: the attempt it could not start
+    expires (1 s lease), is claimed again and runs once."""
+    q = api.create_queue("start-fault", lease_seconds=1).queue_id
+    runs = []
+    worker = make_worker([q], capacity=1, prefetch=1)
+    worker.register("job", "v1", lambda event: runs.append(event.attempt_number))
+    real, failed = worker.transport.start_many, []
+
+    def start_many(session_id, attempt_ids):
+        if not failed:
+            failed.append(attempt_ids)
+            raise ConnectionResetError("injected: the connection dropped mid-request")
+        return real(session_id, attempt_ids)
+
+    worker.transport.start_many = start_many
+    task = _submit(api, q)
+    worker.start()
+    assert _wait(api, [task], timeout=30) == {task: "SUCCEEDED"}
+    assert len(failed) == 1 and runs == [2]  # the first attempt expired unstarted
+
+
 def test_least_privilege_account_can_run_worker_procedures_but_not_touch_tables(worker_dsn):
     conn = db.connect(worker_dsn)
     try:
