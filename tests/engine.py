@@ -8,6 +8,25 @@ import secrets
 from orbit_shell.db import Database
 
 
+def submit_item(queue: int, concurrency_key: str = "", **fields) -> dict:
+    """One item of task_submit_many's JSON array: a new no-op task (``fields`` override)."""
+    return {
+        "queue": queue,
+        "idempotency_key": secrets.token_hex(12),
+        "fingerprint": "0" * 64,
+        "handler": "h",
+        "handler_version": "v1",
+        "payload_version": "v1",
+        "payload": "{}",
+        "business_key": "",
+        "concurrency_key": concurrency_key,
+        "priority": 5,
+        "max_attempts": 0,
+        "deadline_seconds": 0,
+        **fields,
+    }
+
+
 class Engine:
     def __init__(self, database: Database, tenant) -> None:
         self.db = database

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import secrets
 
+from tests.engine import submit_item
+
 # Procedures that take two or more locks: a deadlock can be forced into each of them.
 PROCEDURES = [
     "task_submit",
@@ -149,20 +151,13 @@ def cases(eng, s):
                 "t",
                 json.dumps(
                     [
-                        {
-                            "queue": s["queue"],
-                            "idempotency_key": "dl-" + secrets.token_hex(4),
-                            "fingerprint": "0" * 64,
-                            "handler": "h",
-                            "handler_version": "v1",
-                            "payload_version": "v1",
-                            "payload": "{}",
-                            "business_key": "",
-                            "concurrency_key": "dl/new",
-                            "priority": 5,
-                            "max_attempts": None,
-                            "deadline_seconds": None,
-                        }
+                        submit_item(
+                            s["queue"],
+                            "dl/new",
+                            idempotency_key="dl-" + secrets.token_hex(4),
+                            max_attempts=None,
+                            deadline_seconds=None,
+                        )
                     ]
                 ),
             ),

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import secrets
 
 import pytest
 
 from orbit_shell import db, schema
 from orbit_shell.db import Database
 from tests.conftest import make_tenant
+from tests.engine import submit_item
 
 BATCH = 50
 KEYS = 500
@@ -58,25 +58,7 @@ def test_batch_calls_read_per_item_not_per_key_on_a_new_database(young):
     names = (f"plan/{n % KEYS}" for n in itertools.count())
 
     def items() -> str:
-        return json.dumps(
-            [
-                {
-                    "queue": queue["id"],
-                    "idempotency_key": secrets.token_hex(12),
-                    "fingerprint": "0" * 64,
-                    "handler": "h",
-                    "handler_version": "v1",
-                    "payload_version": "v1",
-                    "payload": "{}",
-                    "business_key": "",
-                    "concurrency_key": next(names),
-                    "priority": 5,
-                    "max_attempts": 0,
-                    "deadline_seconds": 0,
-                }
-                for _ in range(BATCH)
-            ]
-        )
+        return json.dumps([submit_item(queue["id"], next(names)) for _ in range(BATCH)])
 
     [session], _ = database.call(
         "worker_hello",
