@@ -59,6 +59,8 @@ def main() -> None:
     t.claim = counted(t.claim, "claim", counts, lock, lambda a, out: len(out))
     t.start_many = counted(t.start_many, "start", counts, lock, lambda a, out: len(a[1]))
     t.result_many = counted(t.result_many, "result", counts, lock, lambda a, out: len(a[1]))
+    # CLOCK_MONOTONIC, comparable across processes: the drain's clock starts here.
+    print(f"ready={time.monotonic()}", flush=True)
     worker.run(install_signals=True)
     # ru_maxrss is in KiB on Linux.
     print(f"rss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)

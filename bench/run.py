@@ -523,6 +523,7 @@ def e2e(
         ]
 
     procs = [] if drain else spawn_workers()
+    spawned = time.monotonic()
     time.sleep(0 if drain else 1.0)
     started = time.monotonic()
     cpu_before = cpu_sample()
@@ -559,7 +560,7 @@ def e2e(
     submit_s = time.monotonic() - started
     if drain:
         procs = spawn_workers()
-        started = time.monotonic()  # includes the workers' start-up, as the peer's does
+        spawned = started = time.monotonic()  # until the worker says it is ready (below)
     [row] = bench.db.query("SELECT id FROM queues WHERE public_id = %s", (queue,))
     while True:
         [done] = bench.db.query(
@@ -568,8 +569,8 @@ def e2e(
         )
         if done["n"] >= tasks or time.monotonic() - started > 600:
             break
-        time.sleep(0.05)
-    elapsed = time.monotonic() - started
+        time.sleep(0.01 if drain else 0.05)
+    finished = time.monotonic()
     cpu_after = cpu_sample()
     total = cpu_after[1] - cpu_before[1]
     lat = bench.db.query(
@@ -579,6 +580,7 @@ def e2e(
     )
     ms = [float(r["ms"]) for r in lat]
     rss: list[int] = []
+    readies: list[float] = []
     sizes: dict[str, tuple[int, int, float]] = {}
     for p in procs:
         p.send_signal(signal.SIGTERM)
@@ -588,6 +590,8 @@ def e2e(
             field, _, value = line.partition("=")
             if field == "rss_kib":
                 rss.append(int(value))
+            elif field == "ready":
+                readies.append(float(value))
             elif field.startswith("calls_"):
                 calls, items, seconds = value.split(",")
                 was = sizes.get(field[6:], (0, 0, 0.0))
@@ -596,12 +600,20 @@ def e2e(
                     was[1] + int(items),
                     was[2] + float(seconds),
                 )
+    startup = min(readies, default=spawned) - spawned
+    if drain:
+        # The peer's clock starts with its app open and its worker about to run; this one
+        # starts when the first worker process has imported, connected and is about to run,
+        # not at its spawn (Python's start-up and imports are not draining).
+        started = max(started, spawned + startup)
+    elapsed = finished - started
     return {
         "scenario": name,
         "submit_batch": batch,
         "capacity": capacity,
         "prefetch": prefetch,
         "transport": "mysql" if direct else "http",
+        "worker_startup_s": startup,
         "paced_submit_per_s": rate,
         "tasks": tasks,
         "keys": keys,
@@ -660,6 +672,7 @@ def peer(bench: Bench, url: str, jobs: int) -> dict:
                 way: r["attempts_per_request"] for way, r in mine.items()
             },
             "orbit_request_ms": {way: r["request_ms"] for way, r in mine.items()},
+            "orbit_worker_startup_s": {way: r["worker_startup_s"] for way, r in mine.items()},
             "ratio": ratios,
         }
         print(
