@@ -640,11 +640,12 @@ def peer(bench: Bench, url: str, jobs: int) -> dict:
         print(f"peer: skipped ({exc}); pip install 'procrastinate[psycopg]'", flush=True)
         return {"skipped": str(exc)}
     out = {}
-    ways = {  # Orbit's worker: over HTTP or the direct MySQL transport, with or without prefetch
-        "http": (False, 0),
-        "http_prefetch10": (False, 10),
-        "mysql": (True, 0),
-        "mysql_prefetch10": (True, 10),
+    # Orbit's worker: over HTTP or the direct MySQL transport; without prefetch, one batch
+    # ahead (10), and 4x its concurrency ahead (40, Celery's default prefetch multiplier).
+    ways = {
+        f"{transport}{f'_prefetch{ahead}' if ahead else ''}": (transport == "mysql", ahead)
+        for transport in ("http", "mysql")
+        for ahead in (0, 10, 40)
     }
     for keys in (0, 1000):
         mine = {
