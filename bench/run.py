@@ -3,11 +3,14 @@
 Parts:
   ceiling    single-row UPDATE+COMMIT transactions/s at N connections (durable-commit limit)
   procedure  submit -> claim -> start -> result cycles/s calling the procedures from N threads
-  phases     one thread, batches of 10: wall time and mariadbd CPU per phase (unkeyed, keyed)
+  phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
+             none, each task its own, or 1,000 shared behind a backlog)
   blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks
   e2e        HTTP producers + SDK worker processes + gunicorn: tasks/s, submit-to-start p50/p99,
-             for unkeyed, 1,000 keys and 10 hot keys; peak RSS of a gunicorn and an SDK worker
+             for unkeyed, 1,000 keys and 10 hot keys, unpaced and paced at the targets' rates;
+             peak RSS of a gunicorn and an SDK worker
   peer       Orbit and Procrastinate drain the same jobs with one worker of concurrency 10
+             (Orbit over HTTP and over the direct MySQL transport, each with prefetch 0/10/40)
 """
 
 from __future__ import annotations
@@ -64,16 +67,7 @@ class Bench:
         )
         self.token, self.queue_public = token, row["queue_id"]
         self.application = app
-        # The direct worker transport (W9) logs in with the least-privilege account that
-        # orbit-admin makes, over TCP like a worker on another host would.
-        with tempfile.TemporaryDirectory() as tmp:
-            account = admin.worker_account(
-                dsn,
-                argparse.Namespace(
-                    user="bench_worker", host="127.0.0.1", output=str(Path(tmp) / "w.json")
-                ),
-            )
-        self.worker_dsn = account["dsn"]
+        self._worker_dsn: str | None = None
         self.ns, self.app = row["namespace_id"], row["application_id"]
         self.queue = self.db.query(
             "SELECT id FROM queues WHERE public_id = %s", (self.queue_public,)
@@ -81,6 +75,22 @@ class Bench:
         # Bench fixture: a lease that outlives a 1M-row park, so the busy key's holder is still
         # the holder when its release is timed.
         self.db.query("UPDATE queues SET lease_seconds = 3600 WHERE id = %s", (self.queue,))
+
+    @property
+    def worker_dsn(self) -> str:
+        """The direct worker transport's (W9) DSN: the least-privilege account orbit-admin
+        makes, reached over TCP like a worker on another host. Made on first use (the peer
+        part), since it needs CREATE USER on the server."""
+        if self._worker_dsn is None:
+            with tempfile.TemporaryDirectory() as tmp:
+                account = admin.worker_account(
+                    self.dsn,
+                    argparse.Namespace(
+                        user="bench_worker", host="127.0.0.1", output=str(Path(tmp) / "w.json")
+                    ),
+                )
+            self._worker_dsn = account["dsn"]
+        return self._worker_dsn
 
     def hello(self, d: Database, worker_id: str) -> str:
         """A keyed session of capacity 1 on the bench queue; returns its id."""
