@@ -145,9 +145,15 @@ class MysqlTransport:
             raise _sdk_error(exc) from exc
 
     def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
-        try:
-            for i, q in enumerate(queue_ids):
-                validation.Hex32()(f"queue_ids[{i}]", q)
+        try:  # the checks POST /v1/workers/hello makes (W9: same checks)
+            validation.WORKER_HELLO.parse(
+                {
+                    "worker_id": worker_id,
+                    "queue_ids": list(queue_ids),
+                    "capacity": capacity,
+                    "concurrency_keys": concurrency_keys,
+                }
+            )
         except errors.OrbitError as exc:
             raise _sdk_error(exc) from exc
         queues = sorted(set(queue_ids))

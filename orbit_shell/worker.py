@@ -44,6 +44,8 @@ from .transport import HttpTransport, Transport
 
 log = logging.getLogger("orbit.worker")
 
+SESSION_CAPACITY_MAX = 1000  # what POST /v1/workers/hello accepts
+
 
 class Retry(Exception):
     """Raise from a handler: the attempt failed and may be retried (with backoff)."""
@@ -180,8 +182,11 @@ class Worker:
             if not (url and token):
                 raise ValueError("give url and token, or a transport")
             transport = HttpTransport(Client(url, token))
-        if capacity < 1 or prefetch < 0:
-            raise ValueError("capacity must be at least 1 and prefetch at least 0")
+        if capacity < 1 or prefetch < 0 or capacity + prefetch > SESSION_CAPACITY_MAX:
+            raise ValueError(
+                "capacity must be at least 1, prefetch at least 0, and their sum (the "
+                f"session's capacity) at most {SESSION_CAPACITY_MAX}"
+            )
         self.transport = transport
         self.queue_ids = list(queue_ids)
         self.capacity = capacity

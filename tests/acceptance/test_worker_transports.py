@@ -16,7 +16,12 @@ import pytest
 from orbit_shell import db
 from orbit_shell.cli.admin import worker_account
 from orbit_shell.client import Client
-from orbit_shell.models import IdempotencyConflictError, NotFoundError, SubmitTaskRequest
+from orbit_shell.models import (
+    IdempotencyConflictError,
+    InvalidArgumentError,
+    NotFoundError,
+    SubmitTaskRequest,
+)
 from orbit_shell.transport import MysqlTransport
 from orbit_shell.worker import Retry, UnknownOutcome, Worker
 
@@ -309,6 +314,20 @@ def test_a_start_that_fails_unexpectedly_leaves_the_attempt_to_its_lease(make_wo
     worker.start()
     assert _wait(api, [task], timeout=30) == {task: "SUCCEEDED"}
     assert len(failed) == 1 and runs == [2]  # the first attempt expired unstarted
+
+
+def test_hello_checks_are_the_same_over_both_transports(make_worker, api):
+    """W9: the direct transport refuses what POST /v1/workers/hello refuses, and the SDK says
+    so before it starts when capacity and prefetch add up past the session limit."""
+    q = api.create_queue("hello-checks").queue_id
+    transport = make_worker([q]).transport
+    for capacity in (0, 1001, "4"):
+        with pytest.raises(InvalidArgumentError, match="capacity"):
+            transport.hello("checks-" + secrets.token_hex(3), [q], capacity, True)
+    with pytest.raises(InvalidArgumentError, match="queue_ids"):
+        transport.hello("checks-" + secrets.token_hex(3), [], 4, True)
+    with pytest.raises(ValueError, match="at most 1000"):
+        make_worker([q], capacity=100, prefetch=901)
 
 
 def test_least_privilege_account_can_run_worker_procedures_but_not_touch_tables(worker_dsn):
