@@ -144,18 +144,24 @@ class MysqlTransport:
         except errors.OrbitError as exc:
             raise _sdk_error(exc) from exc
 
-    def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
-        try:  # the checks POST /v1/workers/hello makes (W9: same checks)
-            validation.WORKER_HELLO.parse(
-                {
-                    "worker_id": worker_id,
-                    "queue_ids": list(queue_ids),
-                    "capacity": capacity,
-                    "concurrency_keys": concurrency_keys,
-                }
-            )
+    @staticmethod
+    def _check(shape: validation.Shape, body: dict[str, Any]) -> dict[str, Any]:
+        """The body checks of the matching HTTP route (W9: same checks, same errors)."""
+        try:
+            return shape.parse(body)
         except errors.OrbitError as exc:
             raise _sdk_error(exc) from exc
+
+    def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
+        self._check(
+            validation.WORKER_HELLO,
+            {
+                "worker_id": worker_id,
+                "queue_ids": list(queue_ids),
+                "capacity": capacity,
+                "concurrency_keys": concurrency_keys,
+            },
+        )
         queues = sorted(set(queue_ids))
         session, in_flight = self._call(
             "worker_hello",
@@ -173,6 +179,7 @@ class MysqlTransport:
         )
 
     def claim(self, session_id, max, wait_ms):
+        self._check(validation.WORKER_CLAIM, {"max": max, "wait_ms": wait_ms})
         rows = longpoll.poll(
             lambda: self._call("worker_claim", self.namespace_id, session_id, max)[0],
             wait_ms,
@@ -181,23 +188,35 @@ class MysqlTransport:
         return [serialize.assignment(r) for r in rows]
 
     def start(self, session_id, attempt_id):
+        self._check(validation.ATTEMPT_SESSION, {"session_id": session_id})
         [[row]] = self._call("attempt_start", self.namespace_id, session_id, attempt_id)
         return serialize.attempt(row)
 
     def renew(self, session_id, attempt_id):
+        self._check(validation.ATTEMPT_SESSION, {"session_id": session_id})
         [[row]] = self._call("attempt_renew", self.namespace_id, session_id, attempt_id)
         return serialize.iso(row["lease_expires_at"])
 
     def result(self, session_id, attempt_id, outcome, retryable, result, error):
+        body = self._check(
+            validation.ATTEMPT_RESULT,
+            {
+                "session_id": session_id,
+                "outcome": outcome,
+                "retryable": retryable,
+                "result": result,
+                "error": error,
+            },
+        )
         [[row]] = self._call(
             "attempt_result",
             self.namespace_id,
             session_id,
             attempt_id,
-            outcome,
-            int(retryable),
-            None if result is None else validation.canonical_json(result),
-            None if error is None else validation.canonical_json(error),
+            body["outcome"],
+            int(body["retryable"]),
+            None if body["result"] is None else validation.canonical_json(body["result"]),
+            None if body["error"] is None else validation.canonical_json(body["error"]),
         )
         return {
             "attempt_id": row["attempt_id"],
@@ -209,10 +228,16 @@ class MysqlTransport:
         self._call("worker_goodbye", self.namespace_id, session_id)
 
     def start_many(self, session_id, attempt_ids):
-        return self._batch(batches.start_many, session_id, attempt_ids)
+        body = self._check(
+            validation.ATTEMPT_START_BATCH, {"session_id": session_id, "attempt_ids": attempt_ids}
+        )
+        return self._batch(batches.start_many, session_id, body["attempt_ids"])
 
     def result_many(self, session_id, results):
-        return self._batch(batches.result_many, session_id, results)
+        body = self._check(
+            validation.ATTEMPT_RESULT_BATCH, {"session_id": session_id, "results": results}
+        )
+        return self._batch(batches.result_many, session_id, body["results"])
 
     def _batch(self, fn, session_id, items):
         try:
