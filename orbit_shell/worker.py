@@ -41,6 +41,7 @@ from typing import Any
 from .client import Client
 from .models import ApiError, LeaseLostError, ProtocolError, UnavailableError, parse_token
 from .transport import HttpTransport, Transport
+from .validation import BATCH_MAX  # attempts per claim, start or report request
 
 log = logging.getLogger("orbit.worker")
 
@@ -309,7 +310,9 @@ class Worker:
                     self._slots.wait(0.5)
                     continue
             try:
-                assignments = self.transport.claim(self.session_id, free, self.wait_ms)
+                assignments = self.transport.claim(
+                    self.session_id, min(free, BATCH_MAX), self.wait_ms
+                )
                 backoff = 0.1
             except ApiError as exc:
                 log.warning("claim failed: %s", exc, extra={"action": "worker.claim"})
@@ -361,10 +364,8 @@ class Worker:
                 if self._closing.is_set():
                     return  # never started: each lease expires and the server recovers it
                 with self._slots:
-                    batch = [
-                        self._waiting.popleft()
-                        for _ in range(min(len(self._waiting), self.capacity - self._running))
-                    ]
+                    n = min(len(self._waiting), self.capacity - self._running, BATCH_MAX)
+                    batch = [self._waiting.popleft() for _ in range(n)]
                     self._running += len(batch)
                 if batch:
                     self._start(batch, pool)
@@ -458,7 +459,7 @@ class Worker:
                 return
             batch = [first]
             linger = time.monotonic() + self.report_linger
-            while len(batch) < 100 and len(batch) < self._started_unreported():
+            while len(batch) < BATCH_MAX and len(batch) < self._started_unreported():
                 try:
                     item = self._reports.get(timeout=max(0.0, linger - time.monotonic()))
                 except queue.Empty:

@@ -17,12 +17,13 @@ from orbit_shell import db
 from orbit_shell.cli.admin import worker_account
 from orbit_shell.client import Client
 from orbit_shell.models import (
+    ApiError,
     IdempotencyConflictError,
     InvalidArgumentError,
     NotFoundError,
     SubmitTaskRequest,
 )
-from orbit_shell.transport import MysqlTransport
+from orbit_shell.transport import HttpTransport, MysqlTransport
 from orbit_shell.worker import Retry, UnknownOutcome, Worker
 
 
@@ -328,6 +329,65 @@ def test_hello_checks_are_the_same_over_both_transports(make_worker, api):
         transport.hello("checks-" + secrets.token_hex(3), [], 4, True)
     with pytest.raises(ValueError, match="at most 1000"):
         make_worker([q], capacity=100, prefetch=901)
+
+
+def test_both_transports_refuse_bad_worker_calls_alike(orbit_server, tenant, worker_dsn, api):
+    """W9: a call the HTTP routes refuse is refused the same way by the direct transport (it
+    used to pass claim sizes, outcomes and batch shapes straight to the procedures)."""
+    q = api.create_queue("same-checks").queue_id
+    http = HttpTransport(Client(orbit_server, tenant.token))
+    direct = MysqlTransport(worker_dsn, tenant.application, "test", tenant.namespace)
+    sessions = {
+        t: t.hello("same-" + secrets.token_hex(3), [q], 2, True).session_id for t in (http, direct)
+    }
+    a = "a" * 32
+    calls = {
+        "claim 0": lambda t, s: t.claim(s, 0, 0),
+        "claim 101": lambda t, s: t.claim(s, 101, 0),
+        "claim wait -1": lambda t, s: t.claim(s, 1, -1),
+        "start bad session": lambda t, s: t.start("not-hex", a),
+        "renew bad session": lambda t, s: t.renew("not-hex", a),
+        "start unknown": lambda t, s: t.start(s, a),
+        "result outcome": lambda t, s: t.result(s, a, "maybe", False, None, None),
+        "result retryable": lambda t, s: t.result(s, a, "succeeded", "yes", None, None),
+        "start none": lambda t, s: t.start_many(s, []),
+        "start 101": lambda t, s: t.start_many(s, [a] * 101),
+        "results item": lambda t, s: t.result_many(s, [{"attempt_id": a, "outcome": "x"}]),
+        "results field": lambda t, s: t.result_many(
+            s, [{"attempt_id": a, "outcome": "succeeded", "extra": 1}]
+        ),
+    }
+    for name, call in calls.items():
+        seen = []
+        for t in (http, direct):
+            with pytest.raises(ApiError) as caught:
+                call(t, sessions[t])
+            seen.append((type(caught.value).__name__, caught.value.code))
+        assert seen[0] == seen[1], (name, seen)
+        assert name == "start unknown" or seen[0][0] == "InvalidArgumentError", (name, seen)
+    for t in (http, direct):
+        t.goodbye(sessions[t])
+
+
+def test_a_worker_wider_than_one_request_claims_and_starts_in_requests_of_100(make_worker, api):
+    """Capacity and prefetch past 100 (the most a claim, start or report may carry): the
+    worker splits its requests instead of having every claim refused."""
+    q = api.create_queue("wide").queue_id
+    prefix = secrets.token_hex(4)
+    items = [
+        (
+            f"{prefix}-{n}",
+            SubmitTaskRequest(
+                queue_id=q, handler="job", handler_version="v1", payload_version="v1", payload=n
+            ),
+        )
+        for n in range(250)
+    ]
+    ids = [r.task_id for at in range(0, 250, 100) for r in api.submit_tasks(items[at : at + 100])]
+    worker = make_worker([q], capacity=120, prefetch=40)
+    worker.register("job", "v1", lambda event: None)
+    worker.start()
+    assert set(_wait(api, ids, timeout=60).values()) == {"SUCCEEDED"}
 
 
 def test_least_privilege_account_can_run_worker_procedures_but_not_touch_tables(worker_dsn):
