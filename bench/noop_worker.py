@@ -3,7 +3,9 @@ over the direct MySQL transport when ``ORBIT_WORKER_DSN`` is set.
 
 On exit it prints its peak RSS and, per worker call (claim, start, result), how many requests
 it made, how many attempts they carried (the batch sizes the run actually reached) and the
-seconds it waited on them."""
+seconds it waited on them. Claims that came back empty are counted apart (``claim_empty``):
+each is a long poll that waited up to ``wait_ms`` for work, such as the last one of a drain,
+and would otherwise add a second to the claims' total."""
 
 from __future__ import annotations
 
@@ -24,9 +26,11 @@ def counted(fn, name: str, counts: dict, lock: threading.Lock, size):
         t0 = time.perf_counter()
         out = fn(*args, **kwargs)
         spent = time.perf_counter() - t0
+        items = size(args, out)
+        key = name if items or name != "claim" else "claim_empty"
         with lock:
-            calls, items, seconds = counts.get(name, (0, 0, 0.0))
-            counts[name] = (calls + 1, items + size(args, out), seconds + spent)
+            calls, total, seconds = counts.get(key, (0, 0, 0.0))
+            counts[key] = (calls + 1, total + items, seconds + spent)
         return out
 
     return call
