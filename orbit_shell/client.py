@@ -9,10 +9,13 @@ the session). Claim, start, renew and the queue/task actions are not retried by 
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
 import requests
+import requests.auth
+import requests.utils
 
 from .models import (
     ApiError,
@@ -29,6 +32,17 @@ from .models import (
 )
 
 
+class _Bearer(requests.auth.AuthBase):
+    """The credential's ``Authorization: Bearer`` header on every request."""
+
+    def __init__(self, token: str) -> None:
+        self.header = f"Bearer {token}"
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.headers["Authorization"] = self.header
+        return request
+
+
 class Client:
     """HTTP client for one credential.
 
@@ -37,6 +51,9 @@ class Client:
         token: the bearer token (``orb_...``).
         timeout: seconds per request (connect and read).
         retries: extra tries for safe calls on connection errors and 503.
+        session: a ``requests.Session`` to use as it is configured; by default a new one that
+            takes the proxy variables (``HTTP_PROXY``, ``NO_PROXY``, ...) and
+            ``REQUESTS_CA_BUNDLE`` from the environment when the client is made.
     """
 
     def __init__(
@@ -52,8 +69,21 @@ class Client:
         self.timeout = timeout
         self.retries = retries
         self.sleep = sleep
-        self.http = session or requests.Session()
-        self.http.headers.update({"Authorization": f"Bearer {token}", "Accept": "application/json"})
+        if session is None:
+            session = requests.Session()
+            # The environment is read once, here, not on every request: requests otherwise
+            # scans os.environ for proxies and reads ~/.netrc per request (a /healthz round
+            # trip took 2.2 ms with that, 1.7 without). Proxy variables and a CA bundle apply.
+            session.trust_env = False
+            session.proxies.update(requests.utils.get_environ_proxies(self.base_url))
+            bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+            if bundle:
+                session.verify = bundle
+        self.http = session
+        # As the session's auth, not a plain header: a ~/.netrc entry for the host would
+        # otherwise replace the bearer token with Basic credentials.
+        self.http.auth = _Bearer(token)
+        self.http.headers.update({"Accept": "application/json"})
 
     @classmethod
     def from_credentials_file(cls, base_url: str, path: str, **kwargs: Any) -> Client:
