@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import falcon
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
 from .. import errors, schema
 from .common import ok
@@ -35,14 +37,24 @@ class Ready:
 
 
 class Metrics:
+    """Prometheus text for the whole server. Under ``orbit`` every gunicorn worker process
+    writes its samples to ``PROMETHEUS_MULTIPROC_DIR`` and a scrape adds up all of them,
+    whichever worker answers it; without that directory (an app made in-process), the app's
+    own registry."""
+
     auth_exempt = True
 
     def __init__(self, registry) -> None:
         self.registry = registry
+        self.shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        registry = self.registry
+        if self.shared:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
         resp.content_type = CONTENT_TYPE_LATEST
-        resp.data = generate_latest(self.registry)
+        resp.data = generate_latest(registry)
 
 
 class OpenApi:

@@ -1,13 +1,18 @@
 """``orbit``: the API server under gunicorn, plus the lease sweeper and the scheduler in every
-worker process.
+worker process. The workers' metrics meet in one directory, so ``/metrics`` reports the whole
+server whichever worker answers the scrape.
 
 Refuses to start when the database schema is not exactly the version this code ships (K11).
 """
 
 from __future__ import annotations
 
+import glob
 import logging
+import os
+import shutil
 import sys
+import tempfile
 
 from gunicorn.app.base import BaseApplication
 
@@ -27,8 +32,9 @@ class OrbitServer(BaseApplication):
     the whole wait.
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, metrics_dir: str | None = None) -> None:
         self.config = config
+        self.metrics_dir = metrics_dir  # made by main(): removed when the server exits
         super().__init__()
 
     def load_config(self) -> None:
@@ -39,6 +45,11 @@ class OrbitServer(BaseApplication):
         self.cfg.set("timeout", 60)
         self.cfg.set("graceful_timeout", 20)
         self.cfg.set("post_worker_init", self._post_worker_init)
+        self.cfg.set("on_exit", self._on_exit)
+
+    def _on_exit(self, server) -> None:
+        if self.metrics_dir:
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
     def _post_worker_init(self, worker) -> None:
         if self.config.sweep_interval > 0:
@@ -64,5 +75,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orbit: cannot reach the database: {exc}", file=sys.stderr)
         return 1
     log.info("starting", extra={"action": "server.start", "addr": config.http_addr})
-    OrbitServer(config).run()
+    OrbitServer(config, _metrics_dir()).run()
     return 0
+
+
+def _metrics_dir() -> str | None:
+    """Point prometheus_client's multiprocess mode at one directory before the workers fork
+    (and import it): each worker writes its samples there and a scrape adds them up. Without
+    it every worker counts alone and a scrape sees whichever worker answered. A directory
+    named by ``PROMETHEUS_MULTIPROC_DIR`` is emptied of a previous run's files (they would
+    add to this run's counts); otherwise a private one is made and returned for removal."""
+    named = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if named:
+        os.makedirs(named, exist_ok=True)
+        for stale in glob.glob(os.path.join(named, "*.db")):
+            os.remove(stale)
+        return None
+    made = tempfile.mkdtemp(prefix="orbit-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
+    return made

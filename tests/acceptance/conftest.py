@@ -27,15 +27,23 @@ def orbit_server(orbit_process):
 @pytest.fixture(scope="session")
 def orbit_process(orbit_dsn, tmp_path_factory):
     """`orbit` on a free port against the session database; yields the Popen (with .url)."""
+    proc = launch_orbit(orbit_dsn, tmp_path_factory.mktemp("orbit") / "server.log")
+    yield proc
+    stop_orbit(proc)
+
+
+def launch_orbit(dsn: str, log, **env: str) -> subprocess.Popen:
+    """Start `orbit` (two gunicorn workers) on a free port and wait until it is ready; the
+    Popen carries its base URL as ``.url``. ``env`` overrides its environment."""
     port = localdb.free_port()
-    log = tmp_path_factory.mktemp("orbit") / "server.log"
-    env = dict(
-        os.environ,
-        ORBIT_MYSQL_DSN=orbit_dsn,
-        ORBIT_HTTP_ADDR=f"127.0.0.1:{port}",
-        ORBIT_HTTP_WORKERS="2",
-        ORBIT_SWEEP_INTERVAL="0.5",
-    )
+    env = {
+        **os.environ,
+        "ORBIT_MYSQL_DSN": dsn,
+        "ORBIT_HTTP_ADDR": f"127.0.0.1:{port}",
+        "ORBIT_HTTP_WORKERS": "2",
+        "ORBIT_SWEEP_INTERVAL": "0.5",
+        **env,
+    }
     with open(log, "w") as out:
         proc = subprocess.Popen([script("orbit")], env=env, stdout=out, stderr=out)
     url = proc.url = f"http://127.0.0.1:{port}"
@@ -43,13 +51,15 @@ def orbit_process(orbit_dsn, tmp_path_factory):
     while True:
         try:
             urllib.request.urlopen(url + "/readyz", timeout=1)
-            break
+            return proc
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 raise RuntimeError("orbit did not start:\n" + log.read_text()) from None
             time.sleep(0.2)
-    yield proc
+
+
+def stop_orbit(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
         proc.wait(20)
