@@ -177,9 +177,14 @@ class Bench:
                     done[i] += 1
             d.close()
 
+        locks = lock_counters(self.db)
         run_threads(loop, threads)
         tasks = sum(done)
-        return {"tasks_per_s": tasks / seconds, "commits_per_task": sum(calls) / max(tasks, 1)}
+        return {
+            "tasks_per_s": tasks / seconds,
+            "commits_per_task": sum(calls) / max(tasks, 1),
+            **lock_delta(locks, lock_counters(self.db)),
+        }
 
     def batch_queue(self, d: Database, name: str, capacity: int) -> tuple[int, str]:
         """A queue of its own and a keyed session of ``capacity`` on it: (queue id, session)."""
@@ -306,12 +311,14 @@ class Bench:
                 done[i] += len(ids)
             d.close()
 
+        locks = lock_counters(self.db)
         run_threads(loop, threads)
         tasks = sum(done)
         return {
             "batch": batch,
             "tasks_per_s": tasks / seconds,
             "commits_per_task": sum(calls) / max(tasks, 1),
+            **lock_delta(locks, lock_counters(self.db)),
         }
 
     def blocked(self, parked: int, samples: int) -> dict:
@@ -355,6 +362,24 @@ class Bench:
             "rows_read_per_claim": statistics.median(reads),
             "release_of_busy_key_ms": release_ms,
         }
+
+
+def lock_counters(d: Database) -> dict[str, int]:
+    """The server's deadlocks and row-lock waits so far (global InnoDB counters)."""
+    rows = d.query(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN "
+        "('Innodb_deadlocks', 'Innodb_row_lock_waits', 'Innodb_row_lock_time')"
+    )
+    return {r["Variable_name"].lower(): int(r["Value"]) for r in rows}
+
+
+def lock_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Deadlocks, row-lock waits and the milliseconds waited between two readings."""
+    return {
+        "deadlocks": after["innodb_deadlocks"] - before["innodb_deadlocks"],
+        "row_lock_waits": after["innodb_row_lock_waits"] - before["innodb_row_lock_waits"],
+        "row_lock_wait_ms": after["innodb_row_lock_time"] - before["innodb_row_lock_time"],
+    }
 
 
 def handler_reads(conn) -> int:
@@ -537,6 +562,7 @@ def e2e(
     time.sleep(0 if drain else 1.0)
     started = time.monotonic()
     cpu_before = cpu_sample()
+    locks_before = lock_counters(bench.db)
 
     def produce(i: int) -> None:
         c = Client(url, bench.token)
@@ -582,6 +608,7 @@ def e2e(
         time.sleep(0.01 if drain else 0.05)
     finished = time.monotonic()
     cpu_after = cpu_sample()
+    locks = lock_delta(locks_before, lock_counters(bench.db))
     [done] = bench.db.query(
         "SELECT COUNT(*) AS n FROM tasks WHERE queue_id = %s AND state = 'SUCCEEDED'", (row["id"],)
     )
@@ -641,6 +668,7 @@ def e2e(
         "request_ms": {k: 1000 * s / c for k, (c, _, s) in sizes.items() if c},
         "cpu_busy_pct": 100 * (cpu_after[0] - cpu_before[0]) / total if total else 0.0,
         "mariadbd_cpu_pct": 100 * (cpu_after[2] - cpu_before[2]) / total if total else 0.0,
+        **locks,
     }
 
 
@@ -747,7 +775,8 @@ def main() -> int:
             print(
                 f"procedure: {proc['tasks_per_s']:.0f} tasks/s, "
                 f"{proc['commits_per_task']:.2f} commits/task, "
-                f"{proc['ratio_to_ceiling_bound']:.2f} of ceiling/commits (target >= 0.6)",
+                f"{proc['ratio_to_ceiling_bound']:.2f} of ceiling/commits (target >= 0.6); "
+                f"deadlocks {proc['deadlocks']}, row-lock waits {proc['row_lock_waits']}",
                 flush=True,
             )
             batched = bench.procedure_batched(args.threads, seconds)
@@ -759,7 +788,8 @@ def main() -> int:
                 f"procedure, batches of {batched['batch']}: {batched['tasks_per_s']:.0f} tasks/s "
                 f"({batched['vs_single_calls']:.2f}x single calls), "
                 f"{batched['commits_per_task']:.2f} commits/task, "
-                f"{batched['ratio_to_ceiling_bound']:.2f} of ceiling/commits",
+                f"{batched['ratio_to_ceiling_bound']:.2f} of ceiling/commits; "
+                f"deadlocks {batched['deadlocks']}, row-lock waits {batched['row_lock_waits']}",
                 flush=True,
             )
         if "phases" in parts:
@@ -849,7 +879,9 @@ def main() -> int:
                         for k, v in r["attempts_per_request"].items()
                         if k != "claim_empty"
                     )
-                    + f"; empty claims {r['worker_requests'].get('claim_empty', 0)}",
+                    + f"; empty claims {r['worker_requests'].get('claim_empty', 0)}; "
+                    f"deadlocks {r['deadlocks']}, row-lock waits {r['row_lock_waits']} "
+                    f"({r['row_lock_wait_ms']} ms)",
                     flush=True,
                 )
             if "e2e" in results:
