@@ -28,7 +28,8 @@ PROCEDURES = [
     "schedule_advance",
 ]
 # Procedures that take one lock (they can wait on it, but never hold one while waiting, so no
-# deadlock can involve them): lock waits only. worker_namespace takes no lock at all.
+# deadlock can involve them): lock waits only. worker_namespace and credential_create take no
+# lock on an existing row at all.
 SINGLE_LOCK = [
     "queue_create",
     "schedule_create",
@@ -36,6 +37,7 @@ SINGLE_LOCK = [
     "tenant_bootstrap",
     "application_set_quota",
     "lease_sweep",
+    "credential_revoke",
 ]
 
 
@@ -105,6 +107,7 @@ def setup(eng, database):
         "waiting": waiting,
         "app": eng.t.application_id,
         "queue": eng.ids[eng.queue],
+        "credential": eng.t.token.split("_")[1],
         **s_extra,
     }
 
@@ -264,6 +267,11 @@ def cases(eng, s):
             ),
         ),
         "application_set_quota": (APP, None, (eng.t.application, None, None)),
+        "credential_revoke": (
+            ("SELECT id FROM credentials WHERE public_id = %s FOR UPDATE", "credential"),
+            None,
+            (s["credential"],),
+        ),
         "lease_sweep": (APP, None, (100,)),
         "attempt_renew": (
             attempt("running"),

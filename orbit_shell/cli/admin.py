@@ -1,4 +1,5 @@
-"""``orbit-admin``: operator commands (bootstrap a tenant, create a direct-worker account)."""
+"""``orbit-admin``: operator commands (bootstrap a tenant, create credentials with chosen scopes,
+revoke them, set quotas, create a direct-worker account)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pymysql
 
 from .. import auth, db, errors
 from ..db import Database
+from ..validation import HEX32
 
 BASE_SCOPES = ("queues:manage", "tasks:submit", "tasks:read")
 WORKER_SCOPES = ("workers:connect", "workers:consume")
@@ -37,11 +39,56 @@ def bootstrap(database: Database, args: argparse.Namespace) -> dict:
     )
     document = {
         "token": token,
+        "credential_id": public_id,
         "queue_id": row["queue_id"],
         "application": args.application,
         "environment": args.environment,
         "namespace": args.namespace,
         "scopes": list(scopes),
+    }
+    _write_private(Path(args.output), document)
+    return document
+
+
+def create_credential(database: Database, args: argparse.Namespace) -> dict:
+    """A credential of an existing namespace with the given scopes, over every queue or only
+    the listed ones; writes the credentials file (0600) and returns its document."""
+    scopes = [s for s in (p.strip() for p in args.scopes.split(",")) if s]
+    unknown = sorted(set(scopes) - set(auth.SCOPES))
+    if not scopes or unknown:
+        raise errors.InvalidArgument(
+            f"scopes must be some of {', '.join(auth.SCOPES)}"
+            + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+        )
+    queue_ids = None
+    if args.queue_ids is not None:
+        queue_ids = sorted({q.strip() for q in args.queue_ids.split(",") if q.strip()})
+        bad = [q for q in queue_ids if not HEX32.match(q)]
+        if not queue_ids or bad:
+            raise errors.InvalidArgument(
+                "queue ids must be 32 lowercase hex characters, separated by commas"
+            )
+    scopes = [s for s in auth.SCOPES if s in scopes]  # canonical order, no repeats
+    token, public_id, digest = auth.new_token()
+    [[row]] = database.call(
+        "credential_create",
+        args.application,
+        args.environment,
+        args.namespace,
+        public_id,
+        digest,
+        ",".join(scopes),
+        None if queue_ids is None else json.dumps(queue_ids),
+        args.label or f"credential {args.application}/{args.namespace}",
+    )
+    document = {
+        "token": token,
+        "credential_id": row["credential_id"],
+        "application": args.application,
+        "environment": args.environment,
+        "namespace": args.namespace,
+        "scopes": scopes,
+        "queue_ids": "all" if queue_ids is None else queue_ids,
     }
     _write_private(Path(args.output), document)
     return document
@@ -60,6 +107,7 @@ WORKER_PROCEDURES = (
     "attempt_result_many",
     "worker_goodbye",
 )
+CREDENTIAL_ID = re.compile(r"^[0-9a-f]{16}$")
 ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_]{1,32}$")
 HOST_PATTERN = re.compile(r"^[A-Za-z0-9_.%:-]{1,60}$")
 
@@ -133,6 +181,24 @@ def main(argv: list[str] | None = None) -> int:
     account.add_argument("--user", required=True)
     account.add_argument("--host", default="%")
     account.add_argument("--output", required=True, help="JSON file (0600) with the password")
+    cred = sub.add_parser(
+        "credential", help="create a credential of an existing namespace with chosen scopes"
+    )
+    cred.add_argument("--application", required=True)
+    cred.add_argument("--namespace", required=True)
+    cred.add_argument("--environment", required=True)
+    cred.add_argument(
+        "--scopes", required=True, help=f"comma-separated, some of {', '.join(auth.SCOPES)}"
+    )
+    cred.add_argument(
+        "--queue-ids", default=None, help="comma-separated queue ids (default: every queue)"
+    )
+    cred.add_argument("--label", default="")
+    cred.add_argument("--output", required=True, help="JSON file (0600) with the token")
+    revoke = sub.add_parser("revoke", help="refuse a credential from its next request on")
+    revoke.add_argument(
+        "--credential-id", required=True, help="credential_id of its file (16 hex of the token)"
+    )
     quota = sub.add_parser("set-quota", help="set an application's quotas (omit = unlimited)")
     quota.add_argument("--application", required=True)
     quota.add_argument("--max-active-attempts", type=_positive, default=None)
@@ -142,6 +208,26 @@ def main(argv: list[str] | None = None) -> int:
     if not dsn:
         print("orbit-admin: ORBIT_MYSQL_DSN is not set", file=sys.stderr)
         return 2
+    if args.command in ("credential", "revoke"):
+        database = Database(dsn)
+        try:
+            if args.command == "credential":
+                document = create_credential(database, args)
+                print(
+                    f"credential {document['credential_id']} ({','.join(document['scopes'])}) "
+                    f"-> {args.output}"
+                )
+            else:
+                if not CREDENTIAL_ID.match(args.credential_id):
+                    raise errors.InvalidArgument("a credential id is 16 lowercase hex characters")
+                [[row]] = database.call("credential_revoke", args.credential_id)
+                print(json.dumps(row, default=str))
+        except errors.OrbitError as exc:
+            print(f"orbit-admin: {exc.code}: {exc.message}", file=sys.stderr)
+            return 1
+        finally:
+            database.close()
+        return 0
     if args.command == "set-quota":
         database = Database(dsn)
         try:
