@@ -51,9 +51,10 @@ class Client:
         token: the bearer token (``orb_...``).
         timeout: seconds per request (connect and read).
         retries: extra tries for safe calls on connection errors and 503.
-        session: a ``requests.Session`` to use as it is configured; by default a new one that
-            takes the proxy variables (``HTTP_PROXY``, ``NO_PROXY``, ...) and
-            ``REQUESTS_CA_BUNDLE`` from the environment when the client is made.
+        session: a ``requests.Session`` to send through, used as it is configured except for
+            its ``auth`` (the token); by default a new one that takes the proxy variables
+            (``HTTP_PROXY``, ``NO_PROXY``, ...) and ``REQUESTS_CA_BUNDLE`` from the environment
+            when the client is made.
     """
 
     def __init__(
