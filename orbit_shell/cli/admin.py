@@ -208,42 +208,6 @@ def main(argv: list[str] | None = None) -> int:
     if not dsn:
         print("orbit-admin: ORBIT_MYSQL_DSN is not set", file=sys.stderr)
         return 2
-    if args.command in ("credential", "revoke"):
-        database = Database(dsn)
-        try:
-            if args.command == "credential":
-                document = create_credential(database, args)
-                print(
-                    f"credential {document['credential_id']} ({','.join(document['scopes'])}) "
-                    f"-> {args.output}"
-                )
-            else:
-                if not CREDENTIAL_ID.match(args.credential_id):
-                    raise errors.InvalidArgument("a credential id is 16 lowercase hex characters")
-                [[row]] = database.call("credential_revoke", args.credential_id)
-                print(json.dumps(row, default=str))
-        except errors.OrbitError as exc:
-            print(f"orbit-admin: {exc.code}: {exc.message}", file=sys.stderr)
-            return 1
-        finally:
-            database.close()
-        return 0
-    if args.command == "set-quota":
-        database = Database(dsn)
-        try:
-            [[row]] = database.call(
-                "application_set_quota",
-                args.application,
-                args.max_active_attempts,
-                args.max_unfinished,
-            )
-        except errors.OrbitError as exc:
-            print(f"orbit-admin: {exc.code}: {exc.message}", file=sys.stderr)
-            return 1
-        finally:
-            database.close()
-        print(json.dumps(row))
-        return 0
     if args.command == "worker-account":
         try:
             worker_account(dsn, args)
@@ -254,14 +218,47 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     database = Database(dsn)
     try:
-        document = bootstrap(database, args)
+        print(COMMANDS[args.command](database, args))
     except errors.OrbitError as exc:
         print(f"orbit-admin: {exc.code}: {exc.message}", file=sys.stderr)
         return 1
     finally:
         database.close()
-    print(
+    return 0
+
+
+def _bootstrap(database: Database, args: argparse.Namespace) -> str:
+    document = bootstrap(database, args)
+    return (
         f"bootstrapped {document['application']}/{document['environment']}/"
         f"{document['namespace']} queue {document['queue_id']} -> {args.output}"
     )
-    return 0
+
+
+def _credential(database: Database, args: argparse.Namespace) -> str:
+    document = create_credential(database, args)
+    scopes = ",".join(document["scopes"])
+    return f"credential {document['credential_id']} ({scopes}) -> {args.output}"
+
+
+def _revoke(database: Database, args: argparse.Namespace) -> str:
+    if not CREDENTIAL_ID.match(args.credential_id):
+        raise errors.InvalidArgument("a credential id is 16 lowercase hex characters")
+    [[row]] = database.call("credential_revoke", args.credential_id)
+    return json.dumps(row, default=str)
+
+
+def _set_quota(database: Database, args: argparse.Namespace) -> str:
+    [[row]] = database.call(
+        "application_set_quota", args.application, args.max_active_attempts, args.max_unfinished
+    )
+    return json.dumps(row)
+
+
+# The commands that call one procedure through the pool; each returns the line it prints.
+COMMANDS = {
+    "bootstrap": _bootstrap,
+    "credential": _credential,
+    "revoke": _revoke,
+    "set-quota": _set_quota,
+}
