@@ -26,14 +26,7 @@ BEGIN
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-  SELECT a.id, e.id, n.id INTO v_app, v_env, v_ns
-    FROM applications a
-    JOIN environments e ON e.application_id = a.id AND e.name = p_environment
-    JOIN namespaces n ON n.environment_id = e.id AND n.name = p_namespace
-   WHERE a.name = p_application;
-  IF v_ns IS NULL THEN
-    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: namespace not found';
-  END IF;
+  CALL namespace_resolve(p_application, p_environment, p_namespace, v_app, v_env, v_ns);
   IF p_queue_ids IS NOT NULL THEN
     SELECT COUNT(DISTINCT j.id), COUNT(DISTINCT q.id) INTO v_named, v_found
       FROM JSON_TABLE(p_queue_ids, '$[*]' COLUMNS (

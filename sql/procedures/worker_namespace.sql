@@ -8,15 +8,9 @@ CREATE PROCEDURE worker_namespace(IN p_application VARCHAR(100), IN p_environmen
                                   IN p_namespace VARCHAR(100))
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
-  DECLARE v_app BIGINT UNSIGNED DEFAULT NULL;
-  DECLARE v_ns BIGINT UNSIGNED DEFAULT NULL;
-  SELECT a.id, n.id INTO v_app, v_ns
-    FROM applications a
-    JOIN environments e ON e.application_id = a.id AND e.name = p_environment
-    JOIN namespaces n ON n.environment_id = e.id AND n.name = p_namespace
-   WHERE a.name = p_application;
-  IF v_ns IS NULL THEN
-    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: namespace not found';
-  END IF;
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_env BIGINT UNSIGNED;
+  DECLARE v_ns BIGINT UNSIGNED;
+  CALL namespace_resolve(p_application, p_environment, p_namespace, v_app, v_env, v_ns);
   SELECT v_app AS application_id, v_ns AS namespace_id;
 END
