@@ -44,7 +44,6 @@ BEGIN
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   CREATE TEMPORARY TABLE IF NOT EXISTS result_fast (
     seq INT NOT NULL PRIMARY KEY, attempt_id BIGINT UNSIGNED NOT NULL, task_id BIGINT UNSIGNED NOT NULL,
@@ -54,6 +53,7 @@ BEGIN
   ) ENGINE=InnoDB;
   DELETE FROM result_fast;
 
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   -- The session is resolved once for the batch (NULL: every item is LEASE_LOST).
   SELECT id, application_id INTO v_session, v_app FROM worker_sessions

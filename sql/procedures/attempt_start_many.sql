@@ -31,7 +31,6 @@ BEGIN
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   CREATE TEMPORARY TABLE IF NOT EXISTS start_fast (
     seq INT NOT NULL PRIMARY KEY, attempt_id BIGINT UNSIGNED NOT NULL,
@@ -39,6 +38,7 @@ BEGIN
   ) ENGINE=InnoDB;
   DELETE FROM start_fast;
 
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   -- The session is resolved once for the batch (NULL: every item is LEASE_LOST).
   SELECT id INTO v_session FROM worker_sessions

@@ -40,6 +40,7 @@ BEGIN
     END IF;
   END IF;
 
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   INSERT INTO credentials (public_id, application_id, environment_id, namespace_id,
                            secret_sha256, scopes, all_queues, label, created_at)

@@ -21,7 +21,6 @@ BEGIN
   DECLARE v_expired INT DEFAULT 0;
   DECLARE v_last BIGINT UNSIGNED DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
 
   recover_loop: LOOP
     SET v_next = NULL;
@@ -29,6 +28,7 @@ BEGIN
      WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at <= UTC_TIMESTAMP(6) AND id > v_last
      ORDER BY id LIMIT 1;
     IF v_next IS NULL OR v_recovered >= p_limit THEN LEAVE recover_loop; END IF;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
     CALL attempt_recover(v_next, 'system:sweeper');
@@ -43,6 +43,7 @@ BEGIN
      WHERE lane = 'DELAYED' AND available_at <= UTC_TIMESTAMP(6) AND id > v_last
      ORDER BY id LIMIT 1;
     IF v_next IS NULL OR v_promoted >= p_limit THEN LEAVE due_loop; END IF;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
     SELECT lane INTO v_state FROM tasks WHERE id = v_next FOR UPDATE;
@@ -61,6 +62,7 @@ BEGIN
        AND id > v_last
      ORDER BY id LIMIT 1;
     IF v_next IS NULL OR v_expired >= p_limit THEN LEAVE deadline_loop; END IF;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
     SELECT state INTO v_state FROM tasks WHERE id = v_next FOR UPDATE;

@@ -12,12 +12,12 @@ BEGIN
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(10);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   SELECT id, application_id INTO v_schedule, v_app FROM schedules
    WHERE public_id = p_schedule_public_id AND namespace_id = p_namespace_id;
   IF v_schedule IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: schedule not found';
   END IF;
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
   SELECT state INTO v_state FROM schedules WHERE id = v_schedule FOR UPDATE;

@@ -21,12 +21,12 @@ BEGIN
   DECLARE v_token BIGINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   SELECT id, application_id, queue_id INTO v_task, v_app, v_queue FROM tasks
    WHERE public_id = p_task_public_id AND namespace_id = p_namespace_id;
   IF v_task IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: task not found';
   END IF;
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
   SELECT a.id, a.state, a.concurrency_token, a.session_id

@@ -48,7 +48,6 @@ BEGIN
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   CREATE TEMPORARY TABLE IF NOT EXISTS submit_fast (
     seq INT NOT NULL PRIMARY KEY, public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
@@ -59,6 +58,7 @@ BEGIN
   ) ENGINE=InnoDB;
   DELETE FROM submit_fast;
 
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   SET v_n = JSON_LENGTH(p_items);
   SELECT application_id INTO v_app FROM namespaces WHERE id = p_namespace_id;

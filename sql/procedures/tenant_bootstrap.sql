@@ -23,6 +23,7 @@ BEGIN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INVALID_ARGUMENT: names must not be empty';
   END IF;
 
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   -- LAST_INSERT_ID(id) makes the existing row's id readable on the duplicate path.
   INSERT INTO applications (name, created_at) VALUES (p_application, v_now)

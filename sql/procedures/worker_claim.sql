@@ -49,7 +49,6 @@ BEGIN
   DECLARE v_bad INT DEFAULT 1;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   SET v_actor = CONCAT('session:', p_session_public_id);
   SELECT id, application_id INTO v_session, v_app FROM worker_sessions
    WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
@@ -66,6 +65,7 @@ BEGIN
   ) ENGINE=InnoDB;
   DELETE FROM claim_candidates;
 
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   SELECT max_active_attempts INTO v_app_max FROM applications WHERE id = v_app FOR UPDATE;
   -- The clock is read after the first lock: a call that waited must not stamp times
