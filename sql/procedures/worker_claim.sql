@@ -47,6 +47,7 @@ BEGIN
   DECLARE v_ignored BIGINT;
   DECLARE v_take INT DEFAULT 0;
   DECLARE v_bad INT DEFAULT 1;
+  DECLARE v_lane VARCHAR(10);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SET v_actor = CONCAT('session:', p_session_public_id);
@@ -101,13 +102,19 @@ BEGIN
       SET v_granted = v_granted + 1;
     END LOOP;
     -- Retry backoff that has run out: DELAYED tasks re-enter their lane (procrastinate #1599).
+    -- A plain read finds the task and its row is then locked by key and re-checked: a locking
+    -- range read also locks the first index row past the range, another queue's, and
+    -- deadlocked with that row's own claim (sql/README.md, "Locking reads").
     due_loop: LOOP
-      SET v_next = NULL;
+      SET v_next = NULL, v_lane = NULL;
       SELECT id INTO v_next FROM tasks FORCE INDEX (ix_tasks_queue_due)
        WHERE queue_id = v_queue AND lane = 'DELAYED' AND available_at <= v_now
-       LIMIT 1 FOR UPDATE;
+       LIMIT 1;
       IF v_next IS NULL OR v_granted >= 70 THEN LEAVE due_loop; END IF;
-      CALL task_enter_lane(v_next);
+      SELECT lane INTO v_lane FROM tasks WHERE id = v_next AND available_at <= v_now FOR UPDATE;
+      IF v_lane = 'DELAYED' THEN
+        CALL task_enter_lane(v_next);
+      END IF;
       SET v_granted = v_granted + 1;
     END LOOP;
   END LOOP;

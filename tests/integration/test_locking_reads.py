@@ -1,0 +1,45 @@
+"""A claim never waits on another application's rows (sql/README.md, "Locking reads").
+
+Every writer of one application takes its row first, so two applications meet only where a
+locking read strays outside its own rows. A locking range read does: InnoDB locks the first
+index row past the range, and its primary row, before it sees the range has ended. The
+claim's check for due DELAYED tasks of its queue was such a read; on the benchmark with an
+application per thread it met the next queue's claim, which held that row's primary key while
+it waited to update its index entry: one deadlock a run."""
+
+from __future__ import annotations
+
+import pymysql
+import pytest
+
+from orbit_shell import db
+from tests.engine import Engine
+
+
+def test_a_claim_does_not_lock_the_next_queues_first_row(database, tenant_factory, orbit_dsn):
+    mine, next_door = Engine(database, tenant_factory()), Engine(database, tenant_factory())
+    # The next application's queue is the next queue id, so its first row of
+    # ix_tasks_queue_due (queue_id, lane, available_at) is the one right after my queue's
+    # (empty) range of due DELAYED tasks.
+    assert next_door.ids[next_door.queue] > mine.ids[mine.queue]
+    theirs = next_door.submit()
+    session, _ = mine.hello()
+
+    holder = db.connect(orbit_dsn, autocommit=False)
+    claimer = db.connect(
+        orbit_dsn, init_command="SET time_zone = '+00:00', innodb_lock_wait_timeout = 1"
+    )
+    try:
+        with holder.cursor() as cur:  # the next queue's claim, as it holds its task row
+            cur.execute("SELECT id FROM tasks WHERE public_id = %s FOR UPDATE", (theirs,))
+        with claimer.cursor() as cur:
+            try:
+                cur.execute("CALL worker_claim(%s, %s, %s)", (mine.t.namespace_id, session, 4))
+                while cur.nextset():
+                    pass
+            except pymysql.err.OperationalError as exc:
+                pytest.fail(f"my claim waited on the other application's task row: {exc}")
+    finally:
+        holder.rollback()
+        holder.close()
+        claimer.close()
