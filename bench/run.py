@@ -3,6 +3,7 @@
 Parts:
   ceiling    single-row UPDATE+COMMIT transactions/s at N connections (durable-commit limit)
   procedure  submit -> claim -> start -> result cycles/s calling the procedures from N threads
+             (one application, then an application per thread; then batched)
   phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
              none, each task its own, or 1,000 shared behind a backlog)
   blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks
@@ -156,23 +157,26 @@ class Bench:
         run_threads(loop, connections)
         return sum(counts) / seconds
 
-    def procedure_cycles(self, threads: int, seconds: float) -> dict:
+    def procedure_cycles(self, threads: int, seconds: float, app_per_thread: bool = False) -> dict:
+        """The single-call cycle from ``threads`` threads, all in this bench's application, or
+        each in an application of its own (``app_per_thread``: no row shared between threads,
+        like the ceiling's; every writer of one application takes its row first)."""
+        tenants = [Bench(self.dsn) for _ in range(threads)] if app_per_thread else [self]
         done = [0] * threads
         calls = [0] * threads
         stop = time.monotonic() + seconds
 
         def loop(i: int) -> None:
+            b = tenants[i % len(tenants)]
             d = Database(self.dsn, pool_size=1)
-            sid = self.hello(d, f"proc-{i}-{secrets.token_hex(3)}")
+            sid = b.hello(d, f"proc-{i}-{secrets.token_hex(3)}")
             while time.monotonic() < stop:
-                self.submit(d, secrets.token_hex(12), "")
-                [rows] = d.call("worker_claim", self.ns, sid, 1)
+                b.submit(d, secrets.token_hex(12), "")
+                [rows] = d.call("worker_claim", b.ns, sid, 1)
                 calls[i] += 2
                 for r in rows:
-                    d.call("attempt_start", self.ns, sid, r["attempt_id"])
-                    d.call(
-                        "attempt_result", self.ns, sid, r["attempt_id"], "succeeded", 0, None, None
-                    )
+                    d.call("attempt_start", b.ns, sid, r["attempt_id"])
+                    d.call("attempt_result", b.ns, sid, r["attempt_id"], "succeeded", 0, None, None)
                     calls[i] += 2
                     done[i] += 1
             d.close()
@@ -777,6 +781,17 @@ def main() -> int:
                 f"{proc['commits_per_task']:.2f} commits/task, "
                 f"{proc['ratio_to_ceiling_bound']:.2f} of ceiling/commits (target >= 0.6); "
                 f"deadlocks {proc['deadlocks']}, row-lock waits {proc['row_lock_waits']}",
+                flush=True,
+            )
+            per_app = bench.procedure_cycles(args.threads, seconds, app_per_thread=True)
+            per_app["ratio_to_ceiling_bound"] = per_app["tasks_per_s"] / bound
+            per_app["vs_one_application"] = per_app["tasks_per_s"] / proc["tasks_per_s"]
+            results["procedure_app_per_thread"] = per_app
+            print(
+                f"procedure, an application per thread: {per_app['tasks_per_s']:.0f} tasks/s "
+                f"({per_app['vs_one_application']:.2f}x one application), "
+                f"{per_app['ratio_to_ceiling_bound']:.2f} of ceiling/commits; "
+                f"deadlocks {per_app['deadlocks']}, row-lock waits {per_app['row_lock_waits']}",
                 flush=True,
             )
             batched = bench.procedure_batched(args.threads, seconds)
