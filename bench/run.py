@@ -3,7 +3,9 @@
 Parts:
   ceiling    single-row UPDATE+COMMIT transactions/s at N connections (durable-commit limit)
   procedure  submit -> claim -> start -> result cycles/s calling the procedures from N threads
-             (one application, then an application per thread; then batched)
+             (one application, then an application per thread; then batched); then the floor
+             (bench/floor.py): the ceiling's UPDATE as a procedure, and the cheapest cycle
+             that writes task, attempt and history rows, against the same ceiling
   phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
              none, each task its own, or 1,000 shared behind a backlog)
   blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks
@@ -34,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+import floor  # noqa: E402
 
 from orbit_shell import auth, db, localdb, schema  # noqa: E402
 from orbit_shell.cli import admin  # noqa: E402
@@ -752,6 +756,8 @@ def main() -> int:
         "--batch", type=int, default=100, help="tasks per submission request of the e2e producers"
     )
     args = parser.parse_args()
+    if not 1 <= args.threads <= 64:
+        parser.error("--threads must be 1-64 (the ceiling updates one of 64 rows per thread)")
     parts = set(args.only or ["ceiling", "procedure", "phases", "blocked", "e2e", "peer"])
     seconds = 20.0 if args.large else 8.0
 
@@ -812,6 +818,24 @@ def main() -> int:
                 + locks_text(batched),
                 flush=True,
             )
+            results["procedure_floor"] = low = floor.run(dsn, args.threads, seconds, run_threads)
+            if "skipped" in low:
+                print(f"procedure floor: skipped ({low['skipped']})", flush=True)
+            else:
+                low["touch_ratio_to_ceiling"] = low["touch_calls_per_s"] / ceiling
+                low["ratio_to_ceiling_bound"] = (
+                    low["tasks_per_s"] * low["commits_per_task"] / ceiling
+                )
+                low["orbit_vs_floor"] = per_app["tasks_per_s"] / low["tasks_per_s"]
+                print(
+                    f"procedure floor (not Orbit): the ceiling's UPDATE as a procedure "
+                    f"{low['touch_calls_per_s']:.0f} calls/s, {low['touch_ratio_to_ceiling']:.2f} "
+                    f"of ceiling; a cycle writing only task, attempt and history rows "
+                    f"{low['tasks_per_s']:.0f} tasks/s, {low['ratio_to_ceiling_bound']:.2f} of "
+                    f"ceiling/commits (Orbit, an application per thread: "
+                    f"{low['orbit_vs_floor']:.2f}x of it)",
+                    flush=True,
+                )
         if "phases" in parts:
             results["phases"] = [
                 bench.phases(1000 // batch, keys, batch)
