@@ -112,7 +112,11 @@ def apply(dsn: str, until: str | None = None, install: bool = True) -> list[str]
 
 
 def install_routines(dsn: str) -> int:
-    """Drop and re-create every routine, then record the digest; harmless to repeat."""
+    """Drop and re-create every routine, then record the digest; harmless to repeat.
+
+    A routine runs under the ``sql_mode`` it was created with: the connection's, which
+    :func:`db.connect` sets to :data:`db.SQL_MODE` whatever the server's default.
+    """
     conn = db.connect(dsn)
     try:
         with conn.cursor() as cur:

@@ -21,10 +21,11 @@
 -- item goes through task_submit_one in order behind its savepoint. The groups cannot see each
 -- other: they share no Idempotency-Key and no concurrency key, and with room for the whole
 -- batch no quota check depends on which group went first.
--- Locks, in order: the applications row (held to the end), the batch's queues rows (ascending
--- id), the group's concurrency_resources rows, then the new tasks and idempotency rows; then
--- per remaining item those of task_submit_one. Resource rows are taken in key order, not id
--- order; every transaction that locks more than one resource row holds the application row
+-- Locks, in order: the applications row (held to the end), the batch's queues rows, the
+-- group's concurrency_resources rows, then the new tasks and idempotency rows; then per
+-- remaining item those of task_submit_one. Queue and resource rows are taken in the plan's
+-- order (an ORDER BY on an aggregate's locking read is no order: see worker_claim); every
+-- transaction that locks more than one queue or resource row holds the application row
 -- first, so they cannot interleave. Deadlocks and lock-wait timeouts roll back the whole batch; the shell
 -- retries it.
 CREATE PROCEDURE task_submit_many(IN p_namespace_id BIGINT UNSIGNED, IN p_actor VARCHAR(200),
@@ -71,7 +72,7 @@ BEGIN
      WHERE namespace_id = p_namespace_id
        AND id IN (SELECT queue FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
                     queue BIGINT UNSIGNED PATH '$.queue')) jq)
-     ORDER BY id FOR UPDATE;
+       FOR UPDATE;
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
     -- the change it waited for.
     SET v_now = UTC_TIMESTAMP(6);

@@ -4,9 +4,9 @@
 -- Errors: NOT_FOUND (unknown session), STATE_CONFLICT (session closed).
 --
 -- Locks, in the documented order: applications row (the application quota), the session's
--- queues rows (queue permits, ascending id), worker_sessions row, candidate tasks rows (FOR
--- UPDATE SKIP LOCKED through ix_tasks_claim), concurrency_resources row of each keyed
--- candidate, then the new attempts and permits rows.
+-- queues rows (queue permits), worker_sessions row, candidate tasks rows (FOR UPDATE SKIP
+-- LOCKED through ix_tasks_claim), concurrency_resources row of each keyed candidate (in
+-- candidate order), then the new attempts and permits rows.
 --
 -- K8 without a scan: keyed tasks whose key is held are parked (lane BLOCKED) and each free key
 -- has at most one READY candidate, so ix_tasks_claim (queue_id, lane, priority, id) holds only
@@ -72,9 +72,12 @@ BEGIN
   -- The clock is read after the first lock: a call that waited must not stamp times
   -- earlier than the change it waited for.
   SET v_now = UTC_TIMESTAMP(6);
+  -- No ORDER BY: an aggregate ignores it (MariaDB drops it from the plan; MySQL 8's
+  -- ONLY_FULL_GROUP_BY refuses it). The plan walks the session's queues in id order, and the
+  -- application row above already keeps these rows' lockers apart (sql/README.md, lock order).
   SELECT COUNT(*) INTO v_ignored FROM queues
    WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
-   ORDER BY id FOR UPDATE;
+   FOR UPDATE;
   SELECT state, capacity, in_flight, concurrency_keys INTO v_state, v_capacity, v_in_flight, v_keys
     FROM worker_sessions WHERE id = v_session FOR UPDATE;
   IF v_state <> 'OPEN' THEN
@@ -170,7 +173,7 @@ BEGIN
         FROM claim_candidates c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
         STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
        WHERE c.take = 1 AND t.concurrency_key <> ''
-       ORDER BY r.id FOR UPDATE;
+         FOR UPDATE;
       UPDATE claim_candidates c
         STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
         STRAIGHT_JOIN queues q ON q.id = t.queue_id

@@ -41,6 +41,21 @@ def test_installed_routines_are_exactly_the_procedure_files(fresh_dsn):
     assert {r["s"] for r in rows} == {"DEFINER"}  # W9: procedures run as their definer
 
 
+def test_routines_run_under_mysql8s_sql_mode_whatever_the_servers_default(fresh_dsn):
+    """A routine keeps the sql_mode it was created under. MariaDB's default lacks
+    ONLY_FULL_GROUP_BY, under which MySQL 8 refused the claim's `SELECT COUNT(*) ... ORDER BY
+    id FOR UPDATE` (1140): every claim failed there while every test passed here."""
+    schema.apply(fresh_dsn)
+    rows = _rows(
+        fresh_dsn,
+        "SELECT routine_name AS n, sql_mode AS m FROM information_schema.routines "
+        "WHERE routine_schema = DATABASE()",
+    )
+    assert len(rows) == len(schema.routines())
+    assert {r["m"] for r in rows} == {db.SQL_MODE}, rows
+    assert "ONLY_FULL_GROUP_BY" in _rows(fresh_dsn, "SELECT @@session.sql_mode AS m")[0]["m"]
+
+
 def test_schema_has_no_foreign_keys_and_every_table_and_column_is_commented(orbit_dsn):
     fks = _rows(
         orbit_dsn,
