@@ -372,6 +372,16 @@ class Bench:
         }
 
 
+def server_settings(d: Database) -> dict[str, str]:
+    """What makes a commit cost what it costs, recorded with the figures."""
+    [row] = d.query(
+        "SELECT @@version AS version, @@log_bin AS log_bin, @@sync_binlog AS sync_binlog, "
+        "@@binlog_format AS binlog_format, "
+        "@@innodb_flush_log_at_trx_commit AS innodb_flush_log_at_trx_commit"
+    )
+    return {k: str(v) for k, v in row.items()}
+
+
 def lock_counters(d: Database) -> dict[str, int]:
     """The server's deadlocks and row-lock waits so far (global InnoDB counters)."""
     rows = d.query(
@@ -750,6 +760,11 @@ def main() -> int:
     )
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument(
+        "--binlog",
+        action="store_true",
+        help="private server with binary logging synced per commit (MySQL 8's default)",
+    )
+    parser.add_argument(
         "--capacity", type=int, default=100, help="capacity of each e2e SDK worker process"
     )
     parser.add_argument(
@@ -763,8 +778,14 @@ def main() -> int:
 
     own = None
     dsn = os.environ.get("ORBIT_MYSQL_DSN")
+    if dsn and args.binlog:
+        parser.error("--binlog sets up the private server; ORBIT_MYSQL_DSN names one as it is")
     if not dsn:
-        own = localdb.PrivateServer(ROOT / ".scratch" / "bench-db", localdb.ensure_binaries())
+        own = localdb.PrivateServer(
+            ROOT / ".scratch" / ("bench-db-binlog" if args.binlog else "bench-db"),
+            localdb.ensure_binaries(),
+            binlog=args.binlog,
+        )
         dsn = own.start()
     try:
         schema.apply(dsn)
@@ -773,7 +794,9 @@ def main() -> int:
             "when": dt.datetime.now(dt.UTC).isoformat(),
             "threads": args.threads,
             "cores": os.cpu_count(),
+            "server": server_settings(bench.db),
         }
+        print("server: " + ", ".join(f"{k} {v}" for k, v in results["server"].items()), flush=True)
         if parts & {"ceiling", "procedure"}:
             results["ceiling_commits_per_s"] = bench.ceiling(args.threads, seconds)
             print(

@@ -37,6 +37,15 @@ SERVER_OPTIONS = (
     "--max-connections=500",
     "--innodb-buffer-pool-size=256M",
 )
+# Binary logging as MySQL 8 has it by default (and replication needs it): every commit also
+# syncs the binlog. Off unless asked (bench --binlog): it costs commits, not correctness.
+BINLOG_OPTIONS = (
+    "--log-bin=binlog",
+    "--sync-binlog=1",
+    "--server-id=1",
+    "--max-binlog-size=64M",
+    "--binlog-expire-logs-seconds=3600",
+)
 
 
 class LocalDbError(RuntimeError):
@@ -133,9 +142,10 @@ def free_port() -> int:
 class PrivateServer:
     """A MariaDB server in its own directory, reachable on a unix socket and 127.0.0.1."""
 
-    def __init__(self, directory: Path, binaries: Binaries) -> None:
+    def __init__(self, directory: Path, binaries: Binaries, binlog: bool = False) -> None:
         self.directory = directory.resolve()
         self.binaries = binaries
+        self.options = SERVER_OPTIONS + (BINLOG_OPTIONS if binlog else ())
         self.datadir = self.directory / "data"
         self.socket = self.directory / "mysqld.sock"
         self.pidfile = self.directory / "mysqld.pid"
@@ -182,7 +192,7 @@ class PrivateServer:
                 f"--port={port}",
                 "--bind-address=127.0.0.1",
                 *user,
-                *SERVER_OPTIONS,
+                *self.options,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

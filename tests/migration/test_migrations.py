@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pymysql
 import pytest
 
@@ -215,3 +217,27 @@ def test_id_parameters_match_their_columns_so_lookups_use_the_index(orbit_dsn):
     assert len(rows) >= 20
     wrong = [f"{r['r']}.{r['p']}" for r in rows if (r["c"], r["k"]) != ("ascii", "ascii_bin")]
     assert not wrong
+
+
+def binlog_safe_declaration(body: str) -> bool:
+    """The characteristics before the body name DETERMINISTIC, NO SQL or READS SQL DATA."""
+    head = " ".join(re.sub(r"--[^\n]*", "", body).split()).upper()
+    head = head.split(" RETURN ", 1)[0].split(" BEGIN ", 1)[0]
+    return bool(
+        "NO SQL" in head or "READS SQL DATA" in head or re.search(r"(?<!NOT )DETERMINISTIC", head)
+    )
+
+
+def test_functions_declare_what_binary_logging_requires():
+    """With binary logging on (MySQL 8's default), CREATE FUNCTION is refused (1418) unless the
+    function declares DETERMINISTIC, NO SQL or READS SQL DATA (or the server trusts every
+    function creator). The test servers keep no binlog, so they would not refuse it."""
+    assert not binlog_safe_declaration(
+        "CREATE FUNCTION f() RETURNS INT NOT DETERMINISTIC MODIFIES SQL DATA RETURN 1"
+    )
+    functions = [r for r in schema.routines() if r.kind.upper() == "FUNCTION"]
+    assert functions  # new_public_id
+    for routine in functions:
+        assert binlog_safe_declaration(routine.body), (
+            f"{routine.name} must declare DETERMINISTIC, NO SQL or READS SQL DATA"
+        )
