@@ -23,6 +23,7 @@ from ..schedules import Scheduler
 from ..sweeper import Sweeper
 
 log = logging.getLogger("orbit.server")
+METRICS_PREFIX = "orbit-metrics-"  # + "<pid>-<random>": the private metrics directory
 
 
 class OrbitServer(BaseApplication):
@@ -91,6 +92,23 @@ def _metrics_dir() -> str | None:
         for stale in glob.glob(os.path.join(named, "*.db")):
             os.remove(stale)
         return None
-    made = tempfile.mkdtemp(prefix="orbit-metrics-")
+    _remove_orphaned_metrics_dirs()
+    made = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
     return made
+
+
+def _remove_orphaned_metrics_dirs() -> None:
+    """Remove the private metrics directories of this user's servers that are gone: one killed
+    with SIGKILL never ran ``on_exit``. The directory's name carries its server's pid."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), METRICS_PREFIX + "*-*")):
+        pid = os.path.basename(path)[len(METRICS_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            log.info("removed orphaned metrics directory", extra={"action": "server.start"})
+        except OSError:
+            continue  # alive under another user (EPERM), or already gone

@@ -1,0 +1,36 @@
+"""The server's private metrics directory (``orbit`` without ``PROMETHEUS_MULTIPROC_DIR``):
+one per server, named for its pid, and a dead server's left behind by SIGKILL (no ``on_exit``)
+is removed by the next start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+from orbit_shell.cli import server
+
+
+def test_a_start_removes_dead_servers_metrics_dirs_and_keeps_live_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        orphan = tmp_path / f"orbit-metrics-{dead.pid}-abc"
+        running = tmp_path / f"orbit-metrics-{live.pid}-def"
+        unnamed = tmp_path / "orbit-metrics-xyz"  # not this scheme: not ours to judge
+        for d in (orphan, running, unnamed):
+            d.mkdir()
+            (d / "counter_1.db").write_bytes(b"x")
+        made = server._metrics_dir()
+        assert made is not None and os.path.isdir(made)
+        assert os.path.basename(made).startswith(f"orbit-metrics-{os.getpid()}-")
+        assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == made
+        assert not orphan.exists()
+        assert running.exists() and unnamed.exists()
+    finally:
+        live.kill()
+        live.wait()
