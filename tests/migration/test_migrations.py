@@ -45,8 +45,9 @@ def test_installed_routines_are_exactly_the_procedure_files(fresh_dsn):
 
 def test_routines_run_under_mysql8s_sql_mode_whatever_the_servers_default(fresh_dsn):
     """A routine keeps the sql_mode it was created under. MariaDB's default lacks
-    ONLY_FULL_GROUP_BY, under which MySQL 8 refused the claim's `SELECT COUNT(*) ... ORDER BY
-    id FOR UPDATE` (1140): every claim failed there while every test passed here."""
+    ONLY_FULL_GROUP_BY, which is in MySQL 8's and refuses the claim's old `SELECT COUNT(*) ...
+    ORDER BY id FOR UPDATE` (1140, shown here on MariaDB with the mode on): every claim would
+    have failed there while every test passed here."""
     schema.apply(fresh_dsn)
     rows = _rows(
         fresh_dsn,
