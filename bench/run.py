@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import floor  # noqa: E402
+import targets  # noqa: E402
 
 from orbit_shell import auth, db, localdb, schema  # noqa: E402
 from orbit_shell.cli import admin  # noqa: E402
@@ -957,6 +958,8 @@ def main() -> int:
                     f"memory: gunicorn worker {results['gunicorn_worker_peak_rss_mib']:.0f} MiB, "
                     f"SDK worker {sdk:.0f} MiB"
                 )
+        results["targets"] = targets.summary(results)
+        print(targets.text(results["targets"]), flush=True)
         out = ROOT / "bench" / "results" / (time.strftime("%Y%m%dT%H%M%S") + ".json")
         out.write_text(json.dumps(results, indent=2) + "\n")
         print(f"written {out.relative_to(ROOT)}")
