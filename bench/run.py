@@ -295,6 +295,28 @@ class Bench:
             "db_cpu_ms_per_10": {k: v * per10 for k, v in cpu.items()},
         }
 
+    def submit_repeated_keys(self, rounds: int, batch: int = 100, keys: int = 10) -> dict:
+        """One thread: submissions of ``batch`` tasks naming ``keys`` keys (new ones each
+        round), which take task_submit_many's per-item path (a key named twice in a batch is
+        not set-based). Wall time and mariadbd CPU per 10 tasks, as in ``phases``."""
+        d = Database(self.dsn, pool_size=1)
+        queue, _ = self.batch_queue(d, f"repeat-{secrets.token_hex(3)}", 1)
+        wall = cpu = 0.0
+        pids = mariadbd_pids()
+        for n in range(rounds + 3):  # the first three warm the caches and are not counted
+            prefix = secrets.token_hex(4)
+            names = (f"{prefix}-{i % keys}" for i in itertools.count())
+            items = self.batch_items(queue, batch, names)
+            c0, t0 = db_cpu_seconds(pids), time.perf_counter()
+            d.call("task_submit_many", self.ns, "bench", items)
+            if n >= 3:
+                wall += time.perf_counter() - t0
+                cpu += db_cpu_seconds(pids) - c0
+        d.close()
+        per10 = 1000 * 10 / (rounds * batch)
+        return {"batch": batch, "keys": keys, "wall_ms_per_10": wall * per10,
+                "db_cpu_ms_per_10": cpu * per10}  # fmt: skip
+
     def procedure_batched(self, threads: int, seconds: float, batch: int = 10) -> dict:
         """The same cycle through the batch procedures: task_submit_many, worker_claim of
         ``batch``, attempt_start_many, attempt_result_many; one commit per call. Each thread
@@ -878,6 +900,13 @@ def main() -> int:
                     + f"; db CPU in all {sum(ph['db_cpu_ms_per_10'].values()):.1f} ms",
                     flush=True,
                 )
+            results["phases_submit_repeated_keys"] = rep = bench.submit_repeated_keys(20)
+            print(
+                f"phases, submit of {rep['batch']} naming {rep['keys']} keys (the per-item path), "
+                f"per 10 tasks: {rep['wall_ms_per_10']:.1f} ms ({rep['db_cpu_ms_per_10']:.1f} ms "
+                "db CPU)",
+                flush=True,
+            )
         if "blocked" in parts:
             sizes = [0, 10_000] + ([100_000, 1_000_000] if args.large else [])
             results["blocked"] = [bench.blocked(n, 200) for n in sizes]
