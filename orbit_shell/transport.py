@@ -7,6 +7,7 @@ string), so the worker and its protocol checks (W5) are the same whichever trans
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -15,6 +16,8 @@ from . import batches, errors, longpoll, serialize, validation
 from .client import Client
 from .db import Database
 from .models import ApiError, api_error, batch_results
+
+log = logging.getLogger("orbit.transport")
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ class MysqlTransport:
     ) -> None:
         self.db = Database(dsn, pool_size=4)
         self.sleep = sleep
+        self.probe = True  # False once session_ready was refused (see _ready)
         [[row]] = self._call("worker_namespace", application, environment, namespace)
         self.namespace_id = row["namespace_id"]
         self.application_id = row["application_id"]
@@ -184,8 +188,29 @@ class MysqlTransport:
             lambda: self._call("worker_claim", self.namespace_id, session_id, max)[0],
             wait_ms,
             self.sleep,
+            ready=lambda: self._ready(session_id),
         )
         return [serialize.assignment(r) for r in rows]
+
+    def _ready(self, session_id: str) -> bool:
+        """The claim's probe (session_ready). An account made by `orbit-admin worker-account`
+        before the probe existed may not EXECUTE it: then the worker says so once and polls
+        with claims alone, as it did before, rather than failing every claim."""
+        if not self.probe:
+            return False
+        try:
+            return bool(self._call("session_ready", self.namespace_id, session_id)[0][0]["ready"])
+        except ApiError as exc:
+            if exc.code != "INTERNAL":
+                raise
+            self.probe = False
+            log.warning(
+                "session_ready failed (%s): claiming without the probe; give this account "
+                "EXECUTE on session_ready (orbit-admin worker-account grants it)",
+                exc,
+                extra={"action": "worker.claim"},
+            )
+            return False
 
     def start(self, session_id, attempt_id):
         self._check(validation.ATTEMPT_SESSION, {"session_id": session_id})

@@ -53,6 +53,7 @@ class Workers:
             body["wait_ms"],
             self.sleep,
             self.clock,
+            lambda: bool(s.db.call("session_ready", s.namespace_id, session_id)[0][0]["ready"]),
         )
         ok(req, resp, {"assignments": [serialize.assignment(r) for r in rows]})
 

@@ -100,6 +100,7 @@ WORKER_PROCEDURES = (
     "worker_namespace",
     "worker_hello",
     "worker_claim",
+    "session_ready",
     "attempt_start",
     "attempt_renew",
     "attempt_result",

@@ -32,6 +32,11 @@ def worker_dsn(orbit_dsn, server, tmp_path_factory):
     """A direct-worker account made by orbit-admin; its DSN reaches the server over TCP."""
     name = "orbit_worker_" + secrets.token_hex(3)
     out = tmp_path_factory.mktemp("acct") / "worker.json"
+    return _account_dsn(orbit_dsn, server, name, out)
+
+
+def _account_dsn(orbit_dsn, server, name: str, out) -> str:
+    """Make the account with orbit-admin; its DSN, reaching the test server over TCP."""
     doc = worker_account(
         orbit_dsn, argparse.Namespace(user=name, host="localhost", output=str(out))
     )
@@ -411,3 +416,30 @@ def test_least_privilege_account_can_run_worker_procedures_but_not_touch_tables(
             assert "NOT_FOUND" in str(info.value.args[1])  # allowed to run, answered normally
     finally:
         conn.close()
+
+
+def test_an_account_made_before_the_claim_probe_still_claims(
+    orbit_dsn, server, tenant, api, tmp_path, caplog
+):
+    """Accounts made by an older `orbit-admin worker-account` lack EXECUTE on session_ready.
+    Their workers must keep claiming (say so once, then poll with claims alone), not fail
+    every claim until someone re-runs the command, which also changes the password."""
+    name = "orbit_old_" + secrets.token_hex(3)
+    dsn = _account_dsn(orbit_dsn, server, name, tmp_path / "old.json")
+    conn = db.connect(orbit_dsn)
+    try:
+        with conn.cursor() as cur:
+            schema_name = db.parse_dsn(orbit_dsn)["database"]
+            cur.execute(
+                f"REVOKE EXECUTE ON PROCEDURE `{schema_name}`.`session_ready` FROM %s@'localhost'",
+                (name,),
+            )
+    finally:
+        conn.close()
+    transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
+    hello = transport.hello("old-" + secrets.token_hex(3), [tenant.queue_id], 2, True)
+    assert transport.claim(hello.session_id, 2, 200) == []  # waited, probe refused once
+    assert not transport.probe
+    assert caplog.text.count("claiming without the probe") == 1
+    task = _submit(api, tenant.queue_id)
+    assert [a["task"]["task_id"] for a in transport.claim(hello.session_id, 2, 1000)] == [task]

@@ -1,0 +1,77 @@
+"""The claim's long-poll probe (session_ready): yes exactly when the claim that follows would
+take or recover something, so a waiting claim can sleep on a cheap read instead of claiming
+every 20-250 ms. Real procedures on a real MariaDB."""
+
+from __future__ import annotations
+
+from orbit_shell import db
+from tests.engine import Engine
+
+
+def ready(eng: Engine, session: str) -> int:
+    [[row]] = eng.db.call("session_ready", eng.t.namespace_id, session)
+    return row["ready"]
+
+
+def backdate(eng: Engine, sql: str, public_id: str) -> None:
+    conn = db.connect(eng.db.dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, (public_id,))
+    finally:
+        conn.close()
+
+
+def test_probe_says_yes_for_claimable_work_and_room_only(database, tenant):
+    eng = Engine(database, tenant)
+    queue, _ = eng.queue_create()
+    plain, _ = eng.hello([queue], capacity=1, keys=False)
+    keyed, _ = eng.hello([queue], capacity=1, keys=True)
+    assert (ready(eng, plain), ready(eng, keyed)) == (0, 0)  # nothing queued
+    eng.submit("probe/k", queue)
+    # A keyed task is work for a session with concurrency_keys only (W2).
+    assert (ready(eng, plain), ready(eng, keyed)) == (0, 1)
+    eng.submit("", queue)
+    assert ready(eng, plain) == 1
+    [a] = eng.claim(plain, 1)
+    eng.submit("", queue)
+    assert ready(eng, plain) == 0  # capacity 1, one in flight: the claim would take nothing
+    eng.start(plain, a["attempt_id"])
+    eng.result(plain, a["attempt_id"])
+    assert ready(eng, plain) == 1
+    database.call("queue_set_state", eng.t.namespace_id, queue, "PAUSED")
+    assert (ready(eng, plain), ready(eng, keyed)) == (0, 0)  # a paused queue is not claimed
+    database.call("queue_set_state", eng.t.namespace_id, queue, "ACTIVE")
+    assert ready(eng, plain) == 1
+
+
+def test_probe_says_yes_for_what_the_claim_recovers(database, tenant):
+    eng = Engine(database, tenant)
+    queue, _ = eng.queue_create(backoff=300)
+    session, _ = eng.hello([queue], capacity=2)
+    retried = eng.submit("", queue)
+    [a] = eng.claim(session, 2)
+    eng.start(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"], "failed", retryable=1)
+    assert ready(eng, session) == 0  # backing off for minutes
+    backdate(
+        eng,
+        "UPDATE tasks SET available_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE public_id = %s",
+        retried,
+    )
+    assert ready(eng, session) == 1  # due: the claim re-enters it and takes it
+    [b] = eng.claim(session, 2)
+    assert b["task_id"] == retried
+    eng.expire(b["attempt_id"])
+    # Full or not, an expired lease is work: the claim recovers it (and may grant it again).
+    other, _ = eng.hello([queue], capacity=1)
+    assert ready(eng, other) == 1
+    assert [g["task_id"] for g in eng.claim(other, 1)] == [retried]
+
+
+def test_probe_says_yes_for_an_unknown_or_closed_session_so_the_claim_can_say_why(database, tenant):
+    eng = Engine(database, tenant)
+    session, _ = eng.hello()
+    database.call("worker_goodbye", eng.t.namespace_id, session)
+    assert ready(eng, session) == 1
+    assert ready(eng, "0" * 32) == 1
