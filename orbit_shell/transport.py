@@ -188,7 +188,7 @@ class MysqlTransport:
             lambda: self._call("worker_claim", self.namespace_id, session_id, max)[0],
             wait_ms,
             self.sleep,
-            ready=lambda: self._ready(session_id),
+            ready=(lambda: self._ready(session_id)) if self.probe else None,
         )
         return [serialize.assignment(r) for r in rows]
 
@@ -197,7 +197,7 @@ class MysqlTransport:
         before the probe existed may not EXECUTE it: then the worker says so once and polls
         with claims alone, as it did before, rather than failing every claim."""
         if not self.probe:
-            return False
+            return True  # refused earlier in this wait: claim on the backoff, as without it
         try:
             return bool(self._call("session_ready", self.namespace_id, session_id)[0][0]["ready"])
         except ApiError as exc:
@@ -210,7 +210,7 @@ class MysqlTransport:
                 exc,
                 extra={"action": "worker.claim"},
             )
-            return False
+            return True
 
     def start(self, session_id, attempt_id):
         self._check(validation.ATTEMPT_SESSION, {"session_id": session_id})
