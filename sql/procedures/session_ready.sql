@@ -2,8 +2,9 @@
 -- claim's long poll (orbit_shell/longpoll.py) calls it between claims, so a waiting worker costs
 -- an index probe per queue every few milliseconds instead of a claim transaction every 20-250 ms.
 -- Work is what worker_claim takes or recovers: a READY task the session may take (unkeyed only
--- without concurrency_keys) in one of its ACTIVE queues, a DELAYED task whose backoff has run out
--- or an expired lease in any of its queues, and room in the session (capacity above in_flight).
+-- without concurrency_keys) in one of its ACTIVE queues while the session has room (capacity
+-- above in_flight), or, room or not, a DELAYED task whose backoff has run out or an expired
+-- lease in any of its queues.
 -- A quota that stops the claim is not looked at: the poll does not trust a probe whose claim came
 -- back empty (longpoll.py).
 -- Params: namespace, session public id.
@@ -27,15 +28,15 @@ BEGIN
     FROM worker_sessions WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
   IF v_session IS NULL OR v_state <> 'OPEN' THEN
     SELECT 1 AS ready;
-  ELSEIF v_free <= 0 THEN
-    SELECT 0 AS ready;
   ELSE
-    SELECT EXISTS (SELECT 1 FROM worker_session_queues wq
-                    STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = wq.queue_id
-                    STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_claim)
-                      ON t.queue_id = wq.queue_id AND t.lane = 'READY'
-                   WHERE wq.session_id = v_session AND q.state = 'ACTIVE'
-                     AND (v_keys = 1 OR t.concurrency_key = ''))
+    -- Recovery first, as in the claim, which recovers whether or not the session has room.
+    SELECT (v_free > 0
+            AND EXISTS (SELECT 1 FROM worker_session_queues wq
+                         STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = wq.queue_id
+                         STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_claim)
+                           ON t.queue_id = wq.queue_id AND t.lane = 'READY'
+                        WHERE wq.session_id = v_session AND q.state = 'ACTIVE'
+                          AND (v_keys = 1 OR t.concurrency_key = '')))
         OR EXISTS (SELECT 1 FROM worker_session_queues wq
                     STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_queue_due)
                       ON t.queue_id = wq.queue_id AND t.lane = 'DELAYED' AND t.available_at <= v_now

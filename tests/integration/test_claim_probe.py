@@ -62,11 +62,21 @@ def test_probe_says_yes_for_what_the_claim_recovers(database, tenant):
     assert ready(eng, session) == 1  # due: the claim re-enters it and takes it
     [b] = eng.claim(session, 2)
     assert b["task_id"] == retried
+    full, _ = eng.hello([queue], capacity=1)
+    eng.submit("", queue)
+    [c] = eng.claim(full, 1)
+    assert ready(eng, full) == 0  # no room, nothing to recover
     eng.expire(b["attempt_id"])
-    # Full or not, an expired lease is work: the claim recovers it (and may grant it again).
-    other, _ = eng.hello([queue], capacity=1)
-    assert ready(eng, other) == 1
-    assert [g["task_id"] for g in eng.claim(other, 1)] == [retried]
+    # Room or not, an expired lease is work: the claim recovers it, as the full session's
+    # claim does here (the task goes back to WAITING; the session has no room to take it).
+    assert ready(eng, full) == 1
+    assert eng.claim(full, 1) == []
+    assert eng.task(retried)["state"] == "WAITING"
+    assert ready(eng, full) == 0
+    eng.start(full, c["attempt_id"])
+    eng.result(full, c["attempt_id"])
+    assert ready(eng, full) == 1  # room again, and the recovered task is READY
+    assert [g["task_id"] for g in eng.claim(full, 1)] == [retried]
 
 
 def test_probe_says_yes_for_an_unknown_or_closed_session_so_the_claim_can_say_why(database, tenant):
