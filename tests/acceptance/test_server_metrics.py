@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import time
 import urllib.request
 
 import psutil
@@ -41,12 +42,21 @@ def served_by(worker: psutil.Process, others: list[psutil.Process], url: str, n:
             other.send_signal(signal.SIGCONT)
 
 
+def worker_processes(proc, n: int) -> list[psutil.Process]:
+    """The server's ``n`` gunicorn workers. gunicorn forks them one after another, with a
+    random pause of up to 0.1 s between; the first can answer /readyz before the next exists."""
+    deadline = time.monotonic() + 10
+    while len(workers := psutil.Process(proc.pid).children()) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return workers
+
+
 def test_every_scrape_counts_the_requests_of_every_worker_process(orbit_dsn, tmp_path):
     # Without a shared metrics directory each worker counts only what it served, and a
     # scrape reports whichever worker answered it.
     proc = launch_orbit(orbit_dsn, tmp_path / "server.log")
     try:
-        workers = psutil.Process(proc.pid).children()
+        workers = worker_processes(proc, 2)
         assert len(workers) == 2
         first, second = workers
         served_by(first, [second], proc.url, 15)
