@@ -125,15 +125,26 @@ class Engine:
 
     def expire(self, attempt: str) -> None:
         """Move an attempt's lease into the past (test clock control on the database side)."""
+        self._backdate(
+            "UPDATE attempts SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+            "WHERE public_id = %s",
+            attempt,
+        )
+
+    def due(self, task: str) -> None:
+        """End a task's retry backoff now (available_at in the past)."""
+        self._backdate(
+            "UPDATE tasks SET available_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+            "WHERE public_id = %s",
+            task,
+        )
+
+    def _backdate(self, sql: str, public_id: str) -> None:
         from orbit_shell import db
 
         conn = db.connect(self.db.dsn)
         try:
             with conn.cursor() as cur:
-                cur.execute(
-                    "UPDATE attempts SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
-                    "WHERE public_id = %s",
-                    (attempt,),
-                )
+                cur.execute(sql, (public_id,))
         finally:
             conn.close()

@@ -4,22 +4,12 @@ every 20-250 ms. Real procedures on a real MariaDB."""
 
 from __future__ import annotations
 
-from orbit_shell import db
 from tests.engine import Engine
 
 
 def ready(eng: Engine, session: str) -> int:
     [[row]] = eng.db.call("session_ready", eng.t.namespace_id, session)
     return row["ready"]
-
-
-def backdate(eng: Engine, sql: str, public_id: str) -> None:
-    conn = db.connect(eng.db.dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, (public_id,))
-    finally:
-        conn.close()
 
 
 def test_probe_says_yes_for_claimable_work_and_room_only(database, tenant):
@@ -54,11 +44,7 @@ def test_probe_says_yes_for_what_the_claim_recovers(database, tenant):
     eng.start(session, a["attempt_id"])
     eng.result(session, a["attempt_id"], "failed", retryable=1)
     assert ready(eng, session) == 0  # backing off for minutes
-    backdate(
-        eng,
-        "UPDATE tasks SET available_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE public_id = %s",
-        retried,
-    )
+    eng.due(retried)
     assert ready(eng, session) == 1  # due: the claim re-enters it and takes it
     [b] = eng.claim(session, 2)
     assert b["task_id"] == retried
