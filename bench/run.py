@@ -8,7 +8,8 @@ Parts:
              that writes task, attempt and history rows, against the same ceiling
   phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
              none, each task its own, or 1,000 shared behind a backlog)
-  blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks
+  blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks;
+             an unkeyed session's claim and probe with 0 / 10k (/ 100k) READY keyed tasks
   e2e        HTTP producers + SDK worker processes + gunicorn: tasks/s, submit-to-start p50/p99,
              for unkeyed, 1,000 keys and 10 hot keys, unpaced and paced at the targets' rates;
              peak RSS of a gunicorn and an SDK worker
@@ -392,6 +393,60 @@ class Bench:
             "claim_p99_ms": pct(latencies, 99),
             "rows_read_per_claim": statistics.median(reads),
             "release_of_busy_key_ms": release_ms,
+        }
+
+    def unkeyed_claims(self, ready_keyed: int, samples: int) -> dict:
+        """A session without concurrency_keys (W2: unkeyed tasks only) claiming one task at a
+        time, and probing an empty queue, while ``ready_keyed`` keyed tasks wait READY on the
+        same queue, each the candidate of its own free key (its keyed workers busy elsewhere)."""
+        d = Database(self.dsn, pool_size=1)
+        queue, _ = self.batch_queue(d, f"unkeyed-{secrets.token_hex(3)}", 1)
+        [public] = d.query("SELECT public_id FROM queues WHERE id = %s", (queue,))
+        prefix = secrets.token_hex(4)
+        names = (f"{prefix}-{n}" for n in itertools.count())
+        for _ in range(0, ready_keyed, 100):
+            d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 100, names))
+        [session], _ = d.call(
+            "worker_hello",
+            self.ns,
+            self.app,
+            "plain-" + prefix,
+            1,
+            0,
+            json.dumps([public["public_id"]]),
+            "0" * 64,
+        )
+        sid = session["session_id"]
+        conn = db.connect(self.dsn)
+        claims, probes, reads = [], [], []
+        for _ in range(samples):
+            d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 1))
+            before = handler_reads(conn)
+            started = time.perf_counter()
+            with conn.cursor() as cur:
+                cur.execute("CALL worker_claim(%s, %s, 1)", (self.ns, sid))
+                rows = cur.fetchall()
+                while cur.nextset():
+                    pass
+            claims.append((time.perf_counter() - started) * 1000)
+            reads.append(handler_reads(conn) - before)
+            assert len(rows) == 1 and rows[0]["concurrency_key"] == "", rows
+            d.call("attempt_start", self.ns, sid, rows[0]["attempt_id"])
+            d.call(
+                "attempt_result", self.ns, sid, rows[0]["attempt_id"], "succeeded", 0, None, None
+            )
+            started = time.perf_counter()
+            [[probe]] = d.call("session_ready", self.ns, sid)
+            probes.append((time.perf_counter() - started) * 1000)
+            assert probe["ready"] == 0, "the probe saw work an unkeyed session may not take"
+        conn.close()
+        d.close()
+        return {
+            "ready_keyed": ready_keyed,
+            "claim_p50_ms": pct(claims, 50),
+            "claim_p99_ms": pct(claims, 99),
+            "probe_p50_ms": pct(probes, 50),
+            "rows_read_per_claim": statistics.median(reads),
         }
 
 
@@ -917,6 +972,15 @@ def main() -> int:
                     f"p99 {b['claim_p99_ms']:.2f} ms ({b['claim_p99_ms'] / base:.2f}x of 0)  "
                     f"rows read {b['rows_read_per_claim']:.0f}  "
                     f"release of the busy key {b['release_of_busy_key_ms']:.1f} ms",
+                    flush=True,
+                )
+            sizes = [0, 10_000] + ([100_000] if args.large else [])
+            results["unkeyed_claims"] = [bench.unkeyed_claims(n, 100) for n in sizes]
+            for u in results["unkeyed_claims"]:
+                print(
+                    f"blocked: unkeyed session, {u['ready_keyed']:>6} READY keyed tasks  claim "
+                    f"p50 {u['claim_p50_ms']:.2f} ms  p99 {u['claim_p99_ms']:.2f} ms  rows read "
+                    f"{u['rows_read_per_claim']:.0f}  empty probe p50 {u['probe_p50_ms']:.2f} ms",
                     flush=True,
                 )
         if parts & {"e2e", "peer"}:

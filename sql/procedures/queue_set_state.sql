@@ -35,15 +35,16 @@ BEGIN
   IF v_current <> p_state THEN
     UPDATE queues SET state = p_state, updated_at = v_now WHERE id = v_queue;
     IF p_state = 'PAUSED' THEN
+      -- The first READY keyed row each time (ix_tasks_queue_lane_key, past the unkeyed
+      -- range): the row found leaves the range, so no scan of the queue's unkeyed backlog.
       pause_loop: LOOP
         SET v_next = NULL;
-        SELECT id INTO v_next FROM tasks
-         WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key <> '' AND id > v_item
-         ORDER BY id LIMIT 1 FOR UPDATE;
+        SELECT id INTO v_next FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
+         WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key <> ''
+         ORDER BY concurrency_key, priority, id LIMIT 1 FOR UPDATE;
         IF v_next IS NULL THEN LEAVE pause_loop; END IF;
         CALL task_leave_lane(v_next);
         UPDATE tasks SET lane = 'BLOCKED' WHERE id = v_next;
-        SET v_item = v_next;
       END LOOP;
     ELSE
       -- One pass over the namespace's keys (by id), probing each for a task parked here

@@ -10,8 +10,8 @@
 -- Params: namespace, session public id.
 -- Result set: {ready: 1 or 0}; 1 for an unknown or closed session too, so that the claim that
 --   follows answers with its error.
--- Indexes: ix_tasks_claim, ix_tasks_queue_due, ix_attempts_queue_lease, each from the session's
---   queues (worker_session_queues' primary key).
+-- Indexes: ix_tasks_claim (ix_tasks_queue_lane_key without concurrency_keys), ix_tasks_queue_due,
+--   ix_attempts_queue_lease, each from the session's queues (worker_session_queues' primary key).
 -- Locks: none (read-only, no transaction).
 CREATE PROCEDURE session_ready(IN p_namespace_id BIGINT UNSIGNED,
                                IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin)
@@ -21,6 +21,7 @@ BEGIN
   DECLARE v_state VARCHAR(10);
   DECLARE v_keys TINYINT;
   DECLARE v_free BIGINT;
+  DECLARE v_ready TINYINT DEFAULT 0;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
 
   SELECT id, state, concurrency_keys, CAST(capacity AS SIGNED) - CAST(in_flight AS SIGNED)
@@ -30,13 +31,22 @@ BEGIN
     SELECT 1 AS ready;
   ELSE
     -- Recovery first, as in the claim, which recovers whether or not the session has room.
-    SELECT (v_free > 0
-            AND EXISTS (SELECT 1 FROM worker_session_queues wq
-                         STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = wq.queue_id
-                         STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_claim)
-                           ON t.queue_id = wq.queue_id AND t.lane = 'READY'
-                        WHERE wq.session_id = v_session AND q.state = 'ACTIVE'
-                          AND (v_keys = 1 OR t.concurrency_key = '')))
+    -- Without concurrency_keys only the unkeyed rows' range is read, as in the claim.
+    IF v_free > 0 AND v_keys = 1 THEN
+      SET v_ready = EXISTS (SELECT 1 FROM worker_session_queues wq
+                             STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = wq.queue_id
+                             STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_claim)
+                               ON t.queue_id = wq.queue_id AND t.lane = 'READY'
+                            WHERE wq.session_id = v_session AND q.state = 'ACTIVE');
+    ELSEIF v_free > 0 THEN
+      SET v_ready = EXISTS (SELECT 1 FROM worker_session_queues wq
+                             STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = wq.queue_id
+                             STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_queue_lane_key)
+                               ON t.queue_id = wq.queue_id AND t.lane = 'READY'
+                              AND t.concurrency_key = ''
+                            WHERE wq.session_id = v_session AND q.state = 'ACTIVE');
+    END IF;
+    SELECT v_ready
         OR EXISTS (SELECT 1 FROM worker_session_queues wq
                     STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_queue_due)
                       ON t.queue_id = wq.queue_id AND t.lane = 'DELAYED' AND t.available_at <= v_now

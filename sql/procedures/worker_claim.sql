@@ -5,7 +5,8 @@
 --
 -- Locks, in the documented order: applications row (the application quota), the session's
 -- queues rows (queue permits), worker_sessions row, candidate tasks rows (FOR UPDATE SKIP
--- LOCKED through ix_tasks_claim), concurrency_resources row of each keyed candidate (in
+-- LOCKED through ix_tasks_claim, or ix_tasks_queue_lane_key for a session without
+-- concurrency_keys), concurrency_resources row of each keyed candidate (in
 -- candidate order), then the new attempts and permits rows.
 --
 -- K8 without a scan: keyed tasks whose key is held are parked (lane BLOCKED) and each free key
@@ -139,11 +140,21 @@ BEGIN
        WHERE wq.session_id = v_session AND wq.queue_id > v_queue;
       IF v_next IS NULL THEN LEAVE queue_loop; END IF;
       SET v_queue = v_next;
-      INSERT INTO claim_candidates (task_id, priority)
-      SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_claim)
-       WHERE queue_id = v_queue AND lane = 'READY' AND (v_keys = 1 OR concurrency_key = '')
-       ORDER BY priority, id LIMIT v_want
-         FOR UPDATE SKIP LOCKED;
+      -- A session without concurrency_keys reads the unkeyed rows' own range: through
+      -- ix_tasks_claim it would read every READY keyed row ahead of them (migration 000007).
+      IF v_keys = 1 THEN
+        INSERT INTO claim_candidates (task_id, priority)
+        SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_claim)
+         WHERE queue_id = v_queue AND lane = 'READY'
+         ORDER BY priority, id LIMIT v_want
+           FOR UPDATE SKIP LOCKED;
+      ELSE
+        INSERT INTO claim_candidates (task_id, priority)
+        SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
+         WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key = ''
+         ORDER BY priority, id LIMIT v_want
+           FOR UPDATE SKIP LOCKED;
+      END IF;
       SET v_found = v_found + ROW_COUNT();
     END LOOP;
 

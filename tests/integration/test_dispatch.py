@@ -3,6 +3,7 @@ Real procedures on a real MariaDB; concurrency tests use real threads and connec
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -11,7 +12,7 @@ import pytest
 
 from orbit_shell import errors
 from orbit_shell.db import Database
-from tests.engine import Engine
+from tests.engine import Engine, submit_item
 
 U64_MAX = 18446744073709551615
 
@@ -52,20 +53,25 @@ def _handler_reads(conn) -> int:
         return sum(int(r["Value"]) for r in cur.fetchall())
 
 
-def _claim_reads(dsn: str, namespace: int, session: str) -> tuple[int, list]:
+def _call_reads(dsn: str, procedure: str, *args) -> tuple[int, list]:
+    """Rows the call read (handler counters of its own connection) and its first result set."""
     from orbit_shell import db
 
     conn = db.connect(dsn)
     try:
         before = _handler_reads(conn)
         with conn.cursor() as cur:
-            cur.execute("CALL worker_claim(%s, %s, 10)", (namespace, session))
+            cur.execute(f"CALL {procedure}({', '.join(['%s'] * len(args))})", args)
             rows = list(cur.fetchall())
             while cur.nextset():
                 pass
         return _handler_reads(conn) - before, rows
     finally:
         conn.close()
+
+
+def _claim_reads(dsn: str, namespace: int, session: str) -> tuple[int, list]:
+    return _call_reads(dsn, "worker_claim", namespace, session, 10)
 
 
 @pytest.mark.slow
@@ -112,6 +118,54 @@ def test_k8_ten_thousand_blocked_tasks_do_not_hide_another_key(eng, database):
     # Rows the claim reads do not grow with the backlog behind the busy key.
     assert reads_big < reads_small + 50, (reads_small, reads_big)
     eng.start(holder_session, held["attempt_id"])
+
+
+def test_w2_an_unkeyed_session_reads_past_no_ready_keyed_task(eng, database):
+    """A session without concurrency_keys takes unkeyed tasks only. Its claim and its probe read
+    the unkeyed rows' own index range (migration 000007): through ix_tasks_claim they read every
+    READY keyed task ahead of them, 50k rows a claim with 50k free keys waiting."""
+    queue, _ = eng.queue_create()
+    ns, dsn = eng.t.namespace_id, database.dsn
+    plain, _ = eng.hello([queue], capacity=10, keys=False)
+    probe_small, [ready] = _call_reads(dsn, "session_ready", ns, plain)
+    assert ready["ready"] == 0
+    eng.submit("", queue)
+    claim_small, rows = _claim_reads(dsn, ns, plain)
+    assert [r["concurrency_key"] for r in rows] == [""]
+
+    for batch in range(4):  # 400 READY keyed tasks, each the candidate of its own free key
+        items = [submit_item(eng.ids[queue], f"ready/{batch}-{i}") for i in range(100)]
+        database.call("task_submit_many", ns, "test", json.dumps(items))
+    probe_big, [ready] = _call_reads(dsn, "session_ready", ns, plain)
+    assert ready["ready"] == 0  # nothing it may take
+    unkeyed = eng.submit("", queue, priority=9)  # behind every keyed task in claim order
+    claim_big, rows = _claim_reads(dsn, ns, plain)
+    assert [r["task_id"] for r in rows] == [unkeyed]
+    assert claim_big < claim_small + 50, (claim_small, claim_big)
+    assert probe_big < probe_small + 50, (probe_small, probe_big)
+
+
+def test_pausing_a_queue_parks_its_ready_keyed_tasks_without_reading_its_unkeyed_backlog(
+    eng, database
+):
+    queue, public = eng.queue_create()
+    ns = eng.t.namespace_id
+    items = [submit_item(eng.ids[queue]) for _ in range(400)]
+    items += [submit_item(eng.ids[queue], f"pause/{i}") for i in range(5)]
+    database.call("task_submit_many", ns, "test", json.dumps(items))
+    reads, _ = _call_reads(database.dsn, "queue_set_state", ns, public, "PAUSED")
+    lanes = database.query(
+        "SELECT concurrency_key <> '' AS keyed, lane, COUNT(*) AS n FROM tasks "
+        "WHERE queue_id = %s GROUP BY keyed, lane",
+        (eng.ids[queue],),
+    )
+    assert {(r["keyed"], r["lane"]): r["n"] for r in lanes} == {
+        (0, "READY"): 400,
+        (1, "BLOCKED"): 5,
+    }
+    # Each keyed task is found as the first row of its range: 54 rows read here. The old loop
+    # walked the queue's READY rows in id order, unkeyed ones included (448).
+    assert reads < 200, reads
 
 
 @pytest.mark.slow
