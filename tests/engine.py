@@ -139,6 +139,15 @@ class Engine:
             task,
         )
 
+    def unseen(self, *sessions: str) -> None:
+        """Move the sessions' last sighting a minute into the past (gone quiet, or gone)."""
+        for session in sessions:
+            self._backdate(
+                "UPDATE worker_sessions SET last_seen_at = last_seen_at - INTERVAL 1 MINUTE "
+                "WHERE public_id = %s",
+                session,
+            )
+
     def _backdate(self, sql: str, public_id: str) -> None:
         from orbit_shell import db
 

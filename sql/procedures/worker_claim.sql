@@ -158,12 +158,16 @@ BEGIN
       SET v_found = v_found + ROW_COUNT();
     END LOOP;
 
+    -- From the sessions seen in the last 5 seconds (ix_worker_sessions_seen), not from every
+    -- session ever registered on these queues: a worker process registers one of its own.
+    -- Each is then looked up by key with each queue of this session.
     SELECT COUNT(DISTINCT s.id) INTO v_live
-      FROM worker_session_queues mine
-      JOIN worker_session_queues other ON other.queue_id = mine.queue_id
-      JOIN worker_sessions s ON s.id = other.session_id
-     WHERE mine.session_id = v_session AND s.id <> v_session AND s.state = 'OPEN'
-       AND s.last_seen_at >= v_now - INTERVAL 5 SECOND AND s.in_flight = 0;
+      FROM worker_sessions s FORCE INDEX (ix_worker_sessions_seen)
+      STRAIGHT_JOIN worker_session_queues mine FORCE INDEX (PRIMARY) ON mine.session_id = v_session
+      STRAIGHT_JOIN worker_session_queues other FORCE INDEX (PRIMARY)
+        ON other.session_id = s.id AND other.queue_id = mine.queue_id
+     WHERE s.namespace_id = p_namespace_id AND s.last_seen_at >= v_now - INTERVAL 5 SECOND
+       AND s.id <> v_session AND s.state = 'OPEN' AND s.in_flight = 0;
     SET v_cap = LEAST(v_want, CEIL(v_found / (1 + v_live)));
 
     -- Grant in (priority, id) order across the queues. The application row is locked by this

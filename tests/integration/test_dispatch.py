@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import secrets
 import threading
 import time
 
@@ -341,6 +342,48 @@ def test_fairness_a_burst_is_split_between_idle_sessions(eng):
     first = eng.claim(s1, 8)
     second = eng.claim(s2, 8)
     assert len(first) == 4 and len(second) == 4
+
+
+def test_fairness_counts_only_idle_open_sessions_seen_lately_on_a_shared_queue(eng, database):
+    queue, _ = eng.queue_create()
+    other_queue, _ = eng.queue_create()
+    for _ in range(8):
+        eng.submit("", queue)
+    eng.hello([other_queue], capacity=8)  # idle and seen now, but shares no queue
+    closed, _ = eng.hello([queue], capacity=8)
+    database.call("worker_goodbye", eng.t.namespace_id, closed)
+    quiet, _ = eng.hello([queue], capacity=8)
+    eng.unseen(quiet)  # open, but not seen for a minute
+    mine, _ = eng.hello([queue], capacity=16)
+    assert len(eng.claim(mine, 8)) == 8  # none of them is an idle node to share the burst with
+    for _ in range(8):
+        eng.submit("", queue)
+    eng.hello([queue], capacity=8)  # one that is
+    assert len(eng.claim(mine, 8)) == 4
+
+
+def test_a_claim_reads_no_row_of_sessions_gone_from_its_queues(eng, database):
+    """Every worker process registers a session of its own, so a queue's sessions grow with
+    its history. The claim's fair share looks at the sessions seen in the last 5 seconds
+    (migration 000008); it read two rows of every session ever registered on its queues."""
+    queue, _ = eng.queue_create()
+    ns = eng.t.namespace_id
+    session, _ = eng.hello([queue], capacity=1)
+
+    def claim_reads() -> int:
+        eng.submit("", queue)
+        reads, [granted] = _claim_reads(database.dsn, ns, session)
+        eng.start(session, granted["attempt_id"])
+        eng.result(session, granted["attempt_id"])
+        return reads
+
+    few = claim_reads()
+    gone = [eng.hello([queue], worker=f"gone-{i}-{secrets.token_hex(3)}")[0] for i in range(300)]
+    for public_id in gone:
+        database.call("worker_goodbye", ns, public_id)
+    eng.unseen(*gone)
+    many = claim_reads()
+    assert many < few + 50, (few, many)
 
 
 def test_hello_flag_is_fixed_and_hello_again_resumes_in_flight(eng):
