@@ -13,14 +13,15 @@
 --   (public), created.
 --
 -- Two paths with one outcome. The common item, a task for a queue of this namespace whose
--- Idempotency-Key is new and named once in the batch, whose concurrency key (if any) no other
--- item names, while every quota it counts against has room for the whole batch, is accepted
--- set-based when it and every item before it are such items (ids keep the item order): a statement per step for the group instead of ~12 per item. Its effects are
--- task_submit_one's (a WAITING task, READY or parked by the rule of key_lane, its idempotency
--- record, the key's candidate, the unfinished counters, a SUBMITTED history row). Every other
--- item goes through task_submit_one in order behind its savepoint. The groups cannot see each
--- other: they share no Idempotency-Key and no concurrency key, and with room for the whole
--- batch no quota check depends on which group went first.
+-- Idempotency-Key is new and named once in the batch, while every quota it counts against has
+-- room for the whole batch, is accepted set-based when it and every item before it are such
+-- items (ids keep the item order): a statement per step for the group instead of ~12 per item.
+-- Its effects are task_submit_one's in item order (a WAITING task, READY or parked by the rule
+-- of key_lane, where an earlier item of the same key counts as the key's candidate, its
+-- idempotency record, the key's candidate, the unfinished counters, a SUBMITTED history row).
+-- Every other item goes through task_submit_one in order behind its savepoint, after the
+-- group, whose rows it sees as a later submission would; they share no Idempotency-Key, and
+-- with room for the whole batch no quota check depends on which group went first.
 -- Locks, in order: the applications row (held to the end), the batch's queues rows, the
 -- group's concurrency_resources rows, then the new tasks and idempotency rows; then per
 -- remaining item those of task_submit_one. Queue and resource rows are taken in the plan's
@@ -57,7 +58,12 @@ BEGIN
     resource_id BIGINT UNSIGNED NOT NULL DEFAULT 0, lane VARCHAR(10) NOT NULL DEFAULT 'READY',
     task_id BIGINT UNSIGNED NOT NULL DEFAULT 0, KEY (public_id)
   ) ENGINE=InnoDB;
+  CREATE TEMPORARY TABLE IF NOT EXISTS submit_first (
+    concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
+    seq INT NOT NULL
+  ) ENGINE=InnoDB;
   DELETE FROM submit_fast;
+  DELETE FROM submit_first;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
@@ -88,11 +94,7 @@ BEGIN
       STRAIGHT_JOIN (SELECT idempotency_key FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
               idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key')) o
              GROUP BY idempotency_key HAVING COUNT(*) = 1) once ON once.idempotency_key = j.idempotency_key
-      LEFT JOIN (SELECT concurrency_key FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
-              concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.concurrency_key')) o
-             GROUP BY concurrency_key HAVING COUNT(*) = 1) lone ON lone.concurrency_key = j.concurrency_key
-     WHERE (j.concurrency_key = '' OR lone.concurrency_key IS NOT NULL)
-       AND (q.max_unfinished IS NULL OR q.unfinished_tasks + v_n <= q.max_unfinished)
+     WHERE (q.max_unfinished IS NULL OR q.unfinished_tasks + v_n <= q.max_unfinished)
        AND NOT EXISTS (SELECT 1 FROM idempotency_records r
                         WHERE r.namespace_id = p_namespace_id AND r.idempotency_key = j.idempotency_key);
     -- Only the leading run of such items: tasks take ids in item order, and ids order a
@@ -110,16 +112,23 @@ BEGIN
     -- key_lane for the group: each key's row (created on first use, never deleted, K7) is
     -- locked; a task is READY (and its key's candidate) when the key has no holder and no
     -- candidate and the queue is ACTIVE, else parked BLOCKED.
+    -- A key named by several items: in item order, the first in an ACTIVE queue may become
+    -- the candidate and every later one parks behind it, as one submission after another
+    -- would (submit_first: each key's first such item; MySQL cannot open submit_fast twice
+    -- in one statement).
     INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
-    SELECT p_namespace_id, concurrency_key, v_now, v_now FROM submit_fast
+    SELECT DISTINCT p_namespace_id, concurrency_key, v_now, v_now FROM submit_fast
      WHERE concurrency_key <> '' ORDER BY concurrency_key
         ON DUPLICATE KEY UPDATE updated_at = concurrency_resources.updated_at;
+    INSERT INTO submit_first (concurrency_key, seq)
+    SELECT f.concurrency_key, MIN(f.seq) FROM submit_fast f STRAIGHT_JOIN queues q ON q.id = f.queue_id
+     WHERE f.concurrency_key <> '' AND q.state = 'ACTIVE' GROUP BY f.concurrency_key;
     UPDATE submit_fast f
       STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
         ON r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key
-      STRAIGHT_JOIN queues q ON q.id = f.queue_id
+      LEFT JOIN submit_first k ON k.concurrency_key = f.concurrency_key AND k.seq = f.seq
        SET f.resource_id = r.id,
-           f.lane = IF(r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL AND q.state = 'ACTIVE',
+           f.lane = IF(r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL AND k.seq IS NOT NULL,
                        'READY', 'BLOCKED')
      WHERE f.concurrency_key <> '';
     INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, idempotency_key,

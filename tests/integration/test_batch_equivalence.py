@@ -16,15 +16,20 @@ import re
 from tests.helpers import Session, submit, task_body
 
 SUBMISSIONS = [
-    # A leading run of new tasks with distinct keys: the set-based path of task_submit_many.
+    # A leading run of new tasks: the set-based path of task_submit_many.
     ("u2", {"priority": 2, "business_key": "order-7"}),
     ("k1", {"concurrency_key": "eq/one"}),
     ("k2", {"concurrency_key": "eq/two"}),
     ("u3", {"deadline_seconds": 3600, "max_attempts": 1}),
-    # From here item by item: Idempotency-Key u1 and key eq/shared are named twice.
+    # A key named three times in the run: r1 becomes its candidate, r2 and r3 park (K4).
+    ("r1", {"concurrency_key": "eq/run"}),
+    ("r2", {"concurrency_key": "eq/run", "priority": 1}),
+    ("r3", {"concurrency_key": "eq/run"}),
+    ("s0", {"concurrency_key": "eq/shared"}),
+    # From here item by item: Idempotency-Key u1 is named twice.
     ("u1", {}),
-    ("s1", {"concurrency_key": "eq/shared"}),
-    ("s2", {"concurrency_key": "eq/shared"}),  # parked behind s1 (K4)
+    ("s1", {"concurrency_key": "eq/shared"}),  # parked behind s0, from the run
+    ("s2", {"concurrency_key": "eq/shared"}),
     ("u1", {}),  # a replay of u1
     ("u1", {"payload": {"n": 2}}),  # a conflict
     ("u4", {"max_attempts": 2}),
@@ -34,7 +39,8 @@ SUBMISSIONS = [
 OUTCOMES = [
     ("u1", {"outcome": "succeeded", "result": {"ok": 1}}),
     ("k1", {"outcome": "succeeded"}),
-    ("s1", {"outcome": "succeeded", "result": {"n": [1, None]}}),
+    ("s0", {"outcome": "succeeded", "result": {"n": [1, None]}}),
+    ("r1", {"outcome": "succeeded"}),  # promotes r2 (priority 1) before r3
     ("u2", {"outcome": "failed", "retryable": True, "error": {"why": "busy"}}),
     ("k2", {"outcome": "failed", "retryable": False, "error": {"why": "bad"}}),
     ("u3", {"outcome": "failed", "retryable": True}),  # its only attempt: FAILED
@@ -188,8 +194,10 @@ def test_batch_routes_leave_what_the_single_routes_leave(client, database, tenan
     one = snapshot(database, single, run(client, single, batch=False))
     many = snapshot(database, batched, run(client, batched, batch=True))
     # The scenario reached what it is about (so the comparison is not of two empty runs).
-    assert [s for s, _, _ in one["answers"]["submitted"]] == [201] * 7 + [200, 409, 201, 201]
-    assert one["tasks"]["s2"]["lane"] == "READY"  # promoted when s1 succeeded
+    assert [s for s, _, _ in one["answers"]["submitted"]] == [201] * 11 + [200, 409, 201, 201]
+    assert one["tasks"]["s1"]["lane"] == "READY"  # promoted when s0 succeeded
+    assert one["tasks"]["s2"]["lane"] == "BLOCKED"
+    assert (one["tasks"]["r2"]["lane"], one["tasks"]["r3"]["lane"]) == ("READY", "BLOCKED")
     assert one["tasks"]["u2"]["state"] == "WAITING" and one["tasks"]["u2"]["backing_off"]
     assert one["answers"]["reported"][-1][1] is True
     for part in one:

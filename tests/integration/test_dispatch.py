@@ -146,6 +146,41 @@ def test_w2_an_unkeyed_session_reads_past_no_ready_keyed_task(eng, database):
     assert probe_big < probe_small + 50, (probe_small, probe_big)
 
 
+def test_k4_a_key_named_across_a_batch_parks_as_one_submission_after_another_would(eng, database):
+    """task_submit_many's set-based path takes items that name one key several times: in item
+    order, the first in an ACTIVE queue may become the key's candidate, the rest park."""
+    paused, paused_public = eng.queue_create()
+    active, _ = eng.queue_create()
+    ns = eng.t.namespace_id
+    database.call("queue_set_state", ns, paused_public, "PAUSED")
+    order = [paused, active, active, paused]
+
+    def lanes(key: str) -> list[str]:
+        rows = database.query(
+            "SELECT lane FROM tasks WHERE namespace_id = %s AND concurrency_key = %s ORDER BY id",
+            (ns, key),
+        )
+        return [r["lane"] for r in rows]
+
+    for queue in order:  # one submission after another
+        eng.submit("across/single", queue)
+    items = [submit_item(eng.ids[queue], "across/batch") for queue in order]
+    [answers] = database.call("task_submit_many", ns, "test", json.dumps(items))
+    assert [a["item_error"] for a in answers] == [None] * 4
+    assert (
+        lanes("across/batch")
+        == lanes("across/single")
+        == [
+            "BLOCKED",
+            "READY",
+            "BLOCKED",
+            "BLOCKED",
+        ]
+    )
+    [second] = database.query("SELECT id FROM tasks WHERE public_id = %s", (answers[1]["task_id"],))
+    assert eng.resource("across/batch")["candidate_task_id"] == second["id"]
+
+
 def test_pausing_a_queue_parks_its_ready_keyed_tasks_without_reading_its_unkeyed_backlog(
     eng, database
 ):
