@@ -36,7 +36,8 @@ BEGIN
   DECLARE v_keys TINYINT;
   DECLARE v_want INT DEFAULT 0;
   DECLARE v_found INT DEFAULT 0;
-  DECLARE v_live INT DEFAULT 1;
+  DECLARE v_live INT DEFAULT 0;
+  DECLARE v_recover TINYINT DEFAULT 0;
   DECLARE v_cap INT DEFAULT 0;
   DECLARE v_granted INT DEFAULT 0;
   DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
@@ -89,8 +90,21 @@ BEGIN
   -- Recovery of expired leases on these queues (bounded; the sweeper does the rest).
   -- Per queue of the session (ix_attempts_queue_lease, ix_tasks_queue_due), bounded; the
   -- sweeper does the rest. The found row is re-checked under its lock by the helper.
+  -- Most claims find nothing to recover: one plain read over all the session's queues (the
+  -- shape of session_ready) says so, and the per-queue loops run only when it finds something.
+  SELECT EXISTS (SELECT 1 FROM worker_session_queues wq
+                  STRAIGHT_JOIN attempts a FORCE INDEX (ix_attempts_queue_lease)
+                    ON a.queue_id = wq.queue_id AND a.state IN ('LEASED', 'RUNNING')
+                   AND a.lease_expires_at <= v_now
+                 WHERE wq.session_id = v_session)
+      OR EXISTS (SELECT 1 FROM worker_session_queues wq
+                  STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_queue_due)
+                    ON t.queue_id = wq.queue_id AND t.lane = 'DELAYED' AND t.available_at <= v_now
+                 WHERE wq.session_id = v_session)
+    INTO v_recover;
   SET v_queue = 0;
   recovery_queues: LOOP
+    IF NOT v_recover THEN LEAVE recovery_queues; END IF;
     SET v_next = NULL;
     SELECT MIN(queue_id) INTO v_next FROM worker_session_queues
      WHERE session_id = v_session AND queue_id > v_queue;
@@ -127,7 +141,9 @@ BEGIN
   -- permit it replaces ended.
   SET v_now = UTC_TIMESTAMP(6);
 
-  SELECT in_flight INTO v_in_flight FROM worker_sessions WHERE id = v_session;
+  IF v_recover THEN  -- a recovered attempt of this session freed room
+    SELECT in_flight INTO v_in_flight FROM worker_sessions WHERE id = v_session;
+  END IF;
   SET v_want = LEAST(p_max, GREATEST(CAST(v_capacity AS SIGNED) - CAST(v_in_flight AS SIGNED), 0));
 
   IF v_want > 0 THEN
@@ -158,17 +174,22 @@ BEGIN
       SET v_found = v_found + ROW_COUNT();
     END LOOP;
 
-    -- From the sessions seen in the last 5 seconds (ix_worker_sessions_seen), not from every
-    -- session ever registered on these queues: a worker process registers one of its own.
-    -- Each is then looked up by key with each queue of this session.
-    SELECT COUNT(DISTINCT s.id) INTO v_live
-      FROM worker_sessions s FORCE INDEX (ix_worker_sessions_seen)
-      STRAIGHT_JOIN worker_session_queues mine FORCE INDEX (PRIMARY) ON mine.session_id = v_session
-      STRAIGHT_JOIN worker_session_queues other FORCE INDEX (PRIMARY)
-        ON other.session_id = s.id AND other.queue_id = mine.queue_id
-     WHERE s.namespace_id = p_namespace_id AND s.last_seen_at >= v_now - INTERVAL 5 SECOND
-       AND s.id <> v_session AND s.state = 'OPEN' AND s.in_flight = 0;
-    SET v_cap = LEAST(v_want, CEIL(v_found / (1 + v_live)));
+    -- The fair share can only split a burst of more than one, for a claim of more than one.
+    IF v_found > 1 AND v_want > 1 THEN
+      -- From the sessions seen in the last 5 seconds (ix_worker_sessions_seen), not from every
+      -- session ever registered on these queues: a worker process registers one of its own.
+      -- Each is then looked up by key with each queue of this session.
+      SELECT COUNT(DISTINCT s.id) INTO v_live
+        FROM worker_sessions s FORCE INDEX (ix_worker_sessions_seen)
+        STRAIGHT_JOIN worker_session_queues mine FORCE INDEX (PRIMARY) ON mine.session_id = v_session
+        STRAIGHT_JOIN worker_session_queues other FORCE INDEX (PRIMARY)
+          ON other.session_id = s.id AND other.queue_id = mine.queue_id
+       WHERE s.namespace_id = p_namespace_id AND s.last_seen_at >= v_now - INTERVAL 5 SECOND
+         AND s.id <> v_session AND s.state = 'OPEN' AND s.in_flight = 0;
+      SET v_cap = LEAST(v_want, CEIL(v_found / (1 + v_live)));
+    ELSE
+      SET v_cap = LEAST(v_want, v_found);
+    END IF;
 
     -- Grant in (priority, id) order across the queues. The application row is locked by this
     -- claim, so its active count read once plus this call's grants is exact.

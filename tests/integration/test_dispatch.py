@@ -294,6 +294,15 @@ def test_stale_start_and_result_after_recovery_are_lease_lost(eng):
         eng.result(old, a["attempt_id"], "failed")
 
 
+def test_a_claim_that_recovers_its_own_expired_lease_uses_the_room_at_once(eng):
+    session, _ = eng.hello(capacity=1)
+    task = eng.submit("own/k")
+    [a] = eng.claim(session, 1)
+    eng.expire(a["attempt_id"])  # stalled before start; the session is full until recovery
+    [b] = eng.claim(session, 1)  # recovers it, then has room for it again
+    assert b["task_id"] == task and b["attempt_number"] == 2
+
+
 def test_running_holder_past_its_lease_goes_to_review_and_its_late_result_is_refused(eng, database):
     task = eng.submit("review/k")
     old, _ = eng.hello(capacity=1)
