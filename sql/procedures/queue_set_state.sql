@@ -15,6 +15,7 @@ BEGIN
   DECLARE v_queue BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_current VARCHAR(10);
+  DECLARE v_lane VARCHAR(10);
   DECLARE v_item BIGINT UNSIGNED DEFAULT 0;
   DECLARE v_next BIGINT UNSIGNED;
   DECLARE v_resource BIGINT UNSIGNED;
@@ -37,14 +38,20 @@ BEGIN
     IF p_state = 'PAUSED' THEN
       -- The first READY keyed row each time (ix_tasks_queue_lane_key, past the unkeyed
       -- range): the row found leaves the range, so no scan of the queue's unkeyed backlog.
+      -- A plain read, then the row locked by key and re-checked: a locking read of the range
+      -- would also lock the first row past it, possibly another queue's (sql/README.md,
+      -- "Locking reads").
       pause_loop: LOOP
-        SET v_next = NULL;
+        SET v_next = NULL, v_lane = NULL;
         SELECT id INTO v_next FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
          WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key <> ''
-         ORDER BY concurrency_key, priority, id LIMIT 1 FOR UPDATE;
+         ORDER BY concurrency_key, priority, id LIMIT 1;
         IF v_next IS NULL THEN LEAVE pause_loop; END IF;
-        CALL task_leave_lane(v_next);
-        UPDATE tasks SET lane = 'BLOCKED' WHERE id = v_next;
+        SELECT lane INTO v_lane FROM tasks WHERE id = v_next FOR UPDATE;
+        IF v_lane = 'READY' THEN
+          CALL task_leave_lane(v_next);
+          UPDATE tasks SET lane = 'BLOCKED' WHERE id = v_next;
+        END IF;
       END LOOP;
     ELSE
       -- One pass over the namespace's keys (by id), probing each for a task parked here

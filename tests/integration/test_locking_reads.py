@@ -43,3 +43,36 @@ def test_a_claim_does_not_lock_the_next_queues_first_row(database, tenant_factor
         holder.rollback()
         holder.close()
         claimer.close()
+
+
+def test_pausing_a_queue_does_not_lock_the_next_queues_first_row(
+    database, tenant_factory, orbit_dsn
+):
+    """Pausing parks the queue's READY keyed tasks, found through a range of
+    ix_tasks_queue_lane_key (queue_id, lane, concurrency_key, ...). With nothing keyed, parked
+    or backing off in my queue, the first row past that range is the next queue's."""
+    mine, next_door = Engine(database, tenant_factory()), Engine(database, tenant_factory())
+    assert next_door.ids[next_door.queue] > mine.ids[mine.queue]
+    mine.submit()  # unkeyed: stays READY, before the range
+    theirs = next_door.submit()
+
+    holder = db.connect(orbit_dsn, autocommit=False)
+    pauser = db.connect(
+        orbit_dsn, init_command="SET time_zone = '+00:00', innodb_lock_wait_timeout = 1"
+    )
+    try:
+        with holder.cursor() as cur:  # the next application, as it holds its task row
+            cur.execute("SELECT id FROM tasks WHERE public_id = %s FOR UPDATE", (theirs,))
+        with pauser.cursor() as cur:
+            try:
+                cur.execute(
+                    "CALL queue_set_state(%s, %s, 'PAUSED')", (mine.t.namespace_id, mine.queue)
+                )
+                while cur.nextset():
+                    pass
+            except pymysql.err.OperationalError as exc:
+                pytest.fail(f"my pause waited on the other application's task row: {exc}")
+    finally:
+        holder.rollback()
+        holder.close()
+        pauser.close()
