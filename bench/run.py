@@ -298,8 +298,9 @@ class Bench:
 
     def submit_repeated_keys(self, rounds: int, batch: int = 100, keys: int = 10) -> dict:
         """One thread: submissions of ``batch`` tasks naming ``keys`` keys (new ones each
-        round), which take task_submit_many's per-item path (a key named twice in a batch is
-        not set-based). Wall time and mariadbd CPU per 10 tasks, as in ``phases``."""
+        round), each key named by several items, the e2e hot-keys run's shape (item by item
+        until session 7, set-based since). Wall time and mariadbd CPU per 10 tasks, as in
+        ``phases``."""
         d = Database(self.dsn, pool_size=1)
         queue, _ = self.batch_queue(d, f"repeat-{secrets.token_hex(3)}", 1)
         wall = cpu = 0.0
@@ -957,7 +958,7 @@ def main() -> int:
                 )
             results["phases_submit_repeated_keys"] = rep = bench.submit_repeated_keys(20)
             print(
-                f"phases, submit of {rep['batch']} naming {rep['keys']} keys (the per-item path), "
+                f"phases, submit of {rep['batch']} naming {rep['keys']} keys (repeated), "
                 f"per 10 tasks: {rep['wall_ms_per_10']:.1f} ms ({rep['db_cpu_ms_per_10']:.1f} ms "
                 "db CPU)",
                 flush=True,
