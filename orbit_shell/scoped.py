@@ -24,15 +24,21 @@ TASK_COLUMNS = (
     "t.updated_at, t.finished_at, t.result, t.error, t.schedule_version, t.fire_time, "
     "s.public_id AS schedule_public_id"
 )
-TASK_FROM = (
-    "FROM tasks t JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"
-)
+TASK_JOINS = "JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"
+TASK_FROM = f"FROM tasks t {TASK_JOINS}"
 ATTEMPT_COLUMNS = (
     "a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state, "
     "a.concurrency_token, t.concurrency_key, a.lease_expires_at, a.created_at, a.started_at, "
     "a.finished_at, a.outcome, a.retryable, a.result, a.error"
 )
 MAX_PAGE = 200
+# Task list filters and the index (namespace_id, column, id) of each.
+LIST_INDEXES = {
+    "queue_id": "ix_tasks_ns_queue",
+    "state": "ix_tasks_ns_state",
+    "business_key": "ix_tasks_ns_business",
+    "concurrency_key": "ix_tasks_ns_key",
+}
 
 
 def encode_cursor(last_id: int) -> str:
@@ -99,17 +105,23 @@ class Scope:
         return rows[0]
 
     def tasks(self, filters: dict[str, Any], after: int, limit: int) -> list[dict[str, Any]]:
-        """A page of tasks in id order after ``after``; filters are exact matches."""
+        """A page of tasks in id order after ``after``; filters are exact matches.
+
+        Read through an index (namespace_id, [filter column,] id) of a given filter, never
+        along the primary key: that reads every other namespace's tasks past the cursor."""
         where = ["t.namespace_id = %s", "t.id > %s"]
         args: list[Any] = [self.namespace_id, after]
-        for column in ("queue_id", "state", "business_key", "concurrency_key"):
+        indexes = []
+        for column, index in LIST_INDEXES.items():
             if column in filters:
                 where.append(f"t.{column} = %s")
                 args.append(filters[column])
+                indexes.append(index)
         extra, extra_args = self._queue_filter("t.queue_id")
+        hint = f"FORCE INDEX ({', '.join(indexes or ['ix_tasks_ns'])})"
         return self.db.query(
-            f"SELECT {TASK_COLUMNS} {TASK_FROM} WHERE {' AND '.join(where)}{extra} "
-            "ORDER BY t.id LIMIT %s",
+            f"SELECT {TASK_COLUMNS} FROM tasks t {hint} {TASK_JOINS} "
+            f"WHERE {' AND '.join(where)}{extra} ORDER BY t.id LIMIT %s",
             [*args, *extra_args, limit],
         )
 

@@ -4,12 +4,17 @@ cancel and resolve, history. Real MariaDB through the Falcon app."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import unicodedata
 
 import pytest
 from falcon import testing
 
+from orbit_shell.auth import Principal
+from orbit_shell.db import Database
+from orbit_shell.scoped import Scope
+from tests.engine import submit_item
 from tests.helpers import Session, submit, task_body
 
 SEED = {
@@ -237,6 +242,48 @@ def test_detail_list_filters_and_cursor_pagination(client, tenant):
     for bad in ({"limit": "201"}, {"limit": "0"}, {"cursor": "!!"}, {"state": "NOPE"}, {"x": "1"}):
         result = client.simulate_get("/v1/tasks", params=bad, headers=tenant.headers)
         assert result.status_code == 400, bad
+
+
+def test_a_list_page_reads_its_namespace_not_the_tasks_of_others(database, tenant_factory):
+    """Pages run through an index (namespace_id, [filter,] id) (migration 000009). Without
+    one the optimizer read a big namespace along the primary key, through the other
+    namespaces' tasks past the cursor, or a key's tasks whole to sort them."""
+    mine, theirs = tenant_factory(), tenant_factory()
+    for tenant, key in ((mine, "list/k"), (theirs, "")):  # 1,000 tasks each, theirs newer
+        [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
+        for _ in range(10):
+            items = [submit_item(queue["id"], key) for _ in range(100)]
+            database.call("task_submit_many", tenant.namespace_id, "test", json.dumps(items))
+    ids = [
+        r["id"]
+        for r in database.query(
+            "SELECT id FROM tasks WHERE namespace_id = %s ORDER BY id", (mine.namespace_id,)
+        )
+    ]
+    principal = Principal(
+        0, mine.application_id, 0, mine.namespace_id, frozenset(), True, frozenset()
+    )
+    single = Database(database.dsn, pool_size=1)  # one connection: its handler counters
+    scope = Scope(single, principal)
+
+    def page(filters: dict, after: int) -> tuple[list[int], int]:
+        before = _handler_reads(single)
+        rows = scope.tasks(filters, after, 51)
+        return [r["id"] for r in rows], _handler_reads(single) - before
+
+    try:
+        last, reads_last = page({}, ids[-6])  # the namespace's last page
+        keyed, reads_keyed = page({"concurrency_key": "list/k"}, 0)
+    finally:
+        single.close()
+    assert last == ids[-5:] and keyed == ids[:51]
+    assert reads_last < 100 and reads_keyed < 100, (reads_last, reads_keyed)
+
+
+def _handler_reads(database: Database) -> int:
+    with database.connection() as conn, conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+        return sum(int(r["Value"]) for r in cur.fetchall())
 
 
 def test_attempts_carry_the_token_as_a_string_only_when_keyed(client, tenant):
