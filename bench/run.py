@@ -368,20 +368,10 @@ class Bench:
         latencies, reads = [], []
         for i in range(samples):
             self.submit(d, f"{key}-{i}", f"{key}-free-{i}")
-            before = handler_reads(conn)
-            started = time.perf_counter()
-            with conn.cursor() as cur:
-                cur.execute("CALL worker_claim(%s, %s, 1)", (self.ns, sid))
-                rows = cur.fetchall()
-                while cur.nextset():
-                    pass
-            latencies.append((time.perf_counter() - started) * 1000)
-            reads.append(handler_reads(conn) - before)
+            ms, read, rows = self.timed_claim(conn, d, sid)
+            latencies.append(ms)
+            reads.append(read)
             assert rows, "a claimable task was hidden"
-            d.call("attempt_start", self.ns, sid, rows[0]["attempt_id"])
-            d.call(
-                "attempt_result", self.ns, sid, rows[0]["attempt_id"], "succeeded", 0, None, None
-            )
         # The busy key's release promotes the next of its parked tasks (key_promote_next).
         started = time.perf_counter()
         d.call("attempt_result", self.ns, holder, held["attempt_id"], "succeeded", 0, None, None)
@@ -395,6 +385,24 @@ class Bench:
             "rows_read_per_claim": statistics.median(reads),
             "release_of_busy_key_ms": release_ms,
         }
+
+    def timed_claim(self, conn, d: Database, sid: str) -> tuple[float, int, list[dict]]:
+        """A claim of one on ``conn`` (its own connection, for its handler counters): its
+        milliseconds, the rows it read and what it granted, which is then started and
+        finished through ``d``."""
+        before = handler_reads(conn)
+        started = time.perf_counter()
+        with conn.cursor() as cur:
+            cur.execute("CALL worker_claim(%s, %s, 1)", (self.ns, sid))
+            rows = list(cur.fetchall())
+            while cur.nextset():
+                pass
+        ms = (time.perf_counter() - started) * 1000
+        reads = handler_reads(conn) - before
+        for row in rows:
+            d.call("attempt_start", self.ns, sid, row["attempt_id"])
+            d.call("attempt_result", self.ns, sid, row["attempt_id"], "succeeded", 0, None, None)
+        return ms, reads, rows
 
     def unkeyed_claims(self, ready_keyed: int, samples: int) -> dict:
         """A session without concurrency_keys (W2: unkeyed tasks only) claiming one task at a
@@ -422,20 +430,10 @@ class Bench:
         claims, probes, reads = [], [], []
         for _ in range(samples):
             d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 1))
-            before = handler_reads(conn)
-            started = time.perf_counter()
-            with conn.cursor() as cur:
-                cur.execute("CALL worker_claim(%s, %s, 1)", (self.ns, sid))
-                rows = cur.fetchall()
-                while cur.nextset():
-                    pass
-            claims.append((time.perf_counter() - started) * 1000)
-            reads.append(handler_reads(conn) - before)
+            ms, read, rows = self.timed_claim(conn, d, sid)
+            claims.append(ms)
+            reads.append(read)
             assert len(rows) == 1 and rows[0]["concurrency_key"] == "", rows
-            d.call("attempt_start", self.ns, sid, rows[0]["attempt_id"])
-            d.call(
-                "attempt_result", self.ns, sid, rows[0]["attempt_id"], "succeeded", 0, None, None
-            )
             started = time.perf_counter()
             [[probe]] = d.call("session_ready", self.ns, sid)
             probes.append((time.perf_counter() - started) * 1000)

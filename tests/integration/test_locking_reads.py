@@ -10,7 +10,6 @@ it waited to update its index entry: one deadlock a run."""
 from __future__ import annotations
 
 import pymysql
-import pytest
 
 from orbit_shell import db
 from tests.engine import Engine
@@ -24,25 +23,11 @@ def test_a_claim_does_not_lock_the_next_queues_first_row(database, tenant_factor
     assert next_door.ids[next_door.queue] > mine.ids[mine.queue]
     theirs = next_door.submit()
     session, _ = mine.hello()
-
-    holder = db.connect(orbit_dsn, autocommit=False)
-    claimer = db.connect(
-        orbit_dsn, init_command="SET time_zone = '+00:00', innodb_lock_wait_timeout = 1"
+    # The next queue's claim, as it holds its task row.
+    waited = _call_while_held(
+        orbit_dsn, theirs, "CALL worker_claim(%s, %s, %s)", (mine.t.namespace_id, session, 4)
     )
-    try:
-        with holder.cursor() as cur:  # the next queue's claim, as it holds its task row
-            cur.execute("SELECT id FROM tasks WHERE public_id = %s FOR UPDATE", (theirs,))
-        with claimer.cursor() as cur:
-            try:
-                cur.execute("CALL worker_claim(%s, %s, %s)", (mine.t.namespace_id, session, 4))
-                while cur.nextset():
-                    pass
-            except pymysql.err.OperationalError as exc:
-                pytest.fail(f"my claim waited on the other application's task row: {exc}")
-    finally:
-        holder.rollback()
-        holder.close()
-        claimer.close()
+    assert waited is None, f"my claim waited on the other application's task row: {waited}"
 
 
 def test_pausing_a_queue_does_not_lock_the_next_queues_first_row(
@@ -55,24 +40,30 @@ def test_pausing_a_queue_does_not_lock_the_next_queues_first_row(
     assert next_door.ids[next_door.queue] > mine.ids[mine.queue]
     mine.submit()  # unkeyed: stays READY, before the range
     theirs = next_door.submit()
+    pause = "CALL queue_set_state(%s, %s, 'PAUSED')"
+    waited = _call_while_held(orbit_dsn, theirs, pause, (mine.t.namespace_id, mine.queue))
+    assert waited is None, f"my pause waited on the other application's task row: {waited}"
 
+
+def _call_while_held(orbit_dsn: str, task: str, sql: str, args: tuple) -> Exception | None:
+    """Run ``sql`` with a 1 s lock wait while another connection holds ``task``'s row (as its
+    own transaction would); the lock wait it ran into, if any."""
     holder = db.connect(orbit_dsn, autocommit=False)
-    pauser = db.connect(
+    caller = db.connect(
         orbit_dsn, init_command="SET time_zone = '+00:00', innodb_lock_wait_timeout = 1"
     )
     try:
-        with holder.cursor() as cur:  # the next application, as it holds its task row
-            cur.execute("SELECT id FROM tasks WHERE public_id = %s FOR UPDATE", (theirs,))
-        with pauser.cursor() as cur:
+        with holder.cursor() as cur:
+            cur.execute("SELECT id FROM tasks WHERE public_id = %s FOR UPDATE", (task,))
+        with caller.cursor() as cur:
             try:
-                cur.execute(
-                    "CALL queue_set_state(%s, %s, 'PAUSED')", (mine.t.namespace_id, mine.queue)
-                )
+                cur.execute(sql, args)
                 while cur.nextset():
                     pass
             except pymysql.err.OperationalError as exc:
-                pytest.fail(f"my pause waited on the other application's task row: {exc}")
+                return exc
+        return None
     finally:
         holder.rollback()
         holder.close()
-        pauser.close()
+        caller.close()
