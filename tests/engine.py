@@ -36,7 +36,12 @@ class Engine:
         self.ids = {tenant.queue_id: row["id"]}
 
     def queue_create(
-        self, name: str | None = None, lease: int = 30, backoff: int = 1, max_concurrency=None
+        self,
+        name: str | None = None,
+        lease: int = 30,
+        backoff: int = 1,
+        max_concurrency=None,
+        backoff_max: int = 300,
     ) -> tuple[int, str]:
         [[row]] = self.db.call(
             "queue_create",
@@ -48,7 +53,7 @@ class Engine:
             3,
             lease,
             backoff,
-            300,
+            backoff_max,
         )
         [q] = self.db.query("SELECT id FROM queues WHERE public_id = %s", (row["queue_id"],))
         self.ids[row["queue_id"]] = q["id"]

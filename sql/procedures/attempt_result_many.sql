@@ -10,14 +10,17 @@
 -- Result set, one row per item in order: seq, item_error ('CODE: message' or NULL),
 --   attempt_id, task_id, duplicate.
 --
--- Two paths with one outcome. The common item, a 'succeeded' result for a RUNNING attempt of
--- this session whose lease has not expired, named once in the batch, is applied set-based: a
--- statement per step for the whole group instead of ~20 per item (the statement, not the row,
--- is what a procedure pays for). Its effects are attempt_result_one's for that case: attempt
--- SUCCEEDED with the result, permits deleted, the key freed and its next parked task promoted,
--- counters given back, task SUCCEEDED, one SUCCEEDED history row. Every other item goes
--- through attempt_result_one in order behind its savepoint. The groups are independent: a
--- fast item's attempt appears in no other item, and results never depend on counters.
+-- Two paths with one outcome. The common item, a 'succeeded' or 'failed' result for a RUNNING
+-- attempt of this session whose lease has not expired, named once in the batch (a retryable
+-- failure only where the queue's backoff is not zero, so the retry always waits), is applied
+-- set-based: a statement per step for the whole group instead of ~20 per item (the statement,
+-- not the row, is what a procedure pays for). Its effects are attempt_result_one's for those
+-- cases: the attempt SUCCEEDED, FAILED or RETRY with the outcome, permits deleted, the key
+-- freed and its next parked task promoted, counters given back; the task SUCCEEDED, FAILED, or
+-- WAITING in the DELAYED lane until its backoff (exponential with jitter) runs out; one
+-- history row. Every other item goes through attempt_result_one in order behind its
+-- savepoint. The groups are independent: a fast item's attempt appears in no other item, and
+-- results never depend on counters.
 --
 -- Locks, in order: applications row (held to the end), the items' attempts rows, their tasks
 -- rows, queues rows, worker_sessions row, concurrency_resources rows, permits rows, then the
@@ -38,6 +41,7 @@ BEGIN
   DECLARE v_duplicate TINYINT;
   DECLARE v_error VARCHAR(512);
   DECLARE v_fast INT DEFAULT 0;
+  DECLARE v_done INT DEFAULT 0;
   DECLARE v_fast_seqs TEXT DEFAULT '';
   DECLARE v_ignored BIGINT;
   DECLARE v_now DATETIME(6);
@@ -45,13 +49,15 @@ BEGIN
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
-  CREATE TEMPORARY TABLE IF NOT EXISTS result_fast (
+  -- Named anew when its columns change: a connection keeps the table it made.
+  CREATE TEMPORARY TABLE IF NOT EXISTS result_group (
     seq INT NOT NULL PRIMARY KEY, attempt_id BIGINT UNSIGNED NOT NULL, task_id BIGINT UNSIGNED NOT NULL,
     queue_id BIGINT UNSIGNED NOT NULL, resource_id BIGINT UNSIGNED NOT NULL,
     token BIGINT UNSIGNED NOT NULL, fp CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-    next_task BIGINT UNSIGNED NOT NULL DEFAULT 0
+    state VARCHAR(10) NOT NULL, retryable TINYINT NOT NULL, started INT UNSIGNED NOT NULL,
+    delay DOUBLE NOT NULL DEFAULT 0, next_task BIGINT UNSIGNED NOT NULL DEFAULT 0
   ) ENGINE=InnoDB;
-  DELETE FROM result_fast;
+  DELETE FROM result_group;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
@@ -69,10 +75,18 @@ BEGIN
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
     -- the change it waited for.
     SET v_now = UTC_TIMESTAMP(6);
-    INSERT INTO result_fast (seq, attempt_id, task_id, queue_id, resource_id, token, fp)
+    -- state: the attempt's new state; a retry whose attempts or deadline run out is FAILED
+    -- below, once its backoff is drawn. started: the task's started attempts, this one too.
+    INSERT INTO result_group (seq, attempt_id, task_id, queue_id, resource_id, token, fp, state,
+                              retryable, started)
     SELECT j.seq - 1, a.id, a.task_id, a.queue_id, COALESCE(r.id, 0), a.concurrency_token,
-           SHA2(CONCAT('succeeded|', j.retryable, '|', COALESCE(NULLIF(j.result, ''), 'null'),
-                       '|', COALESCE(NULLIF(j.error, ''), 'null')), 256)
+           SHA2(CONCAT(j.outcome, '|', j.retryable, '|', COALESCE(NULLIF(j.result, ''), 'null'),
+                       '|', COALESCE(NULLIF(j.error, ''), 'null')), 256),
+           IF(j.outcome = 'succeeded', 'SUCCEEDED', IF(j.retryable = 1, 'RETRY', 'FAILED')),
+           j.retryable,
+           IF(j.outcome = 'failed' AND j.retryable = 1,
+              (SELECT COUNT(*) FROM attempts s FORCE INDEX (uq_attempts_number)
+                WHERE s.task_id = a.task_id AND s.started_at IS NOT NULL), 0)
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY,
              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id',
@@ -86,52 +100,78 @@ BEGIN
               attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) o
              GROUP BY attempt_id HAVING COUNT(*) = 1) once ON once.attempt_id = j.attempt_id
       STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
+      STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = a.queue_id
       LEFT JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = a.id AND p.kind = 'KEY'
       LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = p.scope_id AND r.holder_attempt_id = a.id
-     WHERE j.outcome = 'succeeded' AND j.retryable IN (0, 1)
+     WHERE (j.outcome = 'succeeded'
+            OR (j.outcome = 'failed' AND (j.retryable = 0 OR q.retry_backoff_seconds > 0)))
+       AND j.retryable IN (0, 1)
        AND a.session_id = v_session AND a.state = 'RUNNING' AND a.lease_expires_at > v_now;
     SET v_fast = ROW_COUNT();
   END IF;
 
   IF v_fast > 0 THEN
-    SELECT GROUP_CONCAT(seq) INTO v_fast_seqs FROM result_fast;
+    -- Retries: attempt_result_one's backoff, exponential with jitter in [0.5, 1.0] of the
+    -- capped delay; a retry that would start past the deadline, or has no attempt left, fails.
+    UPDATE result_group f STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = f.queue_id
+       SET f.delay = LEAST(q.retry_backoff_max_seconds,
+                           q.retry_backoff_seconds * POW(2, LEAST(f.started, 30) - 1)) * (0.5 + RAND() / 2)
+     WHERE f.state = 'RETRY';
+    UPDATE result_group f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+       SET f.state = 'FAILED'
+     WHERE f.state = 'RETRY'
+       AND NOT (f.started < t.max_attempts
+                AND (t.deadline_at IS NULL
+                     OR v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND < t.deadline_at));
+    SELECT GROUP_CONCAT(seq), SUM(state <> 'RETRY') INTO v_fast_seqs, v_done FROM result_group;
     -- Joins run from the batch or the group's rows to the tables (STRAIGHT_JOIN): the
     -- optimizer has no statistics for a temporary table and must not start from a large
     -- table, and the batch's JSON is read once, each row then finding its group row by key.
     UPDATE JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY, retryable TINYINT PATH '$.retryable',
              result MEDIUMTEXT PATH '$.result', error MEDIUMTEXT PATH '$.error')) j
-      STRAIGHT_JOIN result_fast f ON f.seq = j.seq - 1
+      STRAIGHT_JOIN result_group f ON f.seq = j.seq - 1
       STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
       STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
-       SET a.outcome = 'succeeded', a.retryable = j.retryable, a.result = NULLIF(j.result, ''),
-           a.error = NULLIF(j.error, ''), a.result_sha256 = f.fp, a.state = 'SUCCEEDED',
-           a.finished_at = v_now,
-           t.state = 'SUCCEEDED', t.lane = NULL, t.result = COALESCE(NULLIF(j.result, ''), t.result),
-           t.error = COALESCE(NULLIF(j.error, ''), t.error), t.updated_at = v_now,
-           t.finished_at = v_now;
+       SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = j.retryable,
+           a.result = NULLIF(j.result, ''), a.error = NULLIF(j.error, ''), a.result_sha256 = f.fp,
+           a.state = f.state, a.finished_at = v_now,
+           -- task_finish's effects for SUCCEEDED (the result kept) and FAILED (the error
+           -- kept); a retry waits in the DELAYED lane, its error kept, as task_enter_lane puts it.
+           t.state = IF(f.state = 'RETRY', 'WAITING', f.state),
+           t.lane = IF(f.state = 'RETRY', 'DELAYED', NULL),
+           t.available_at = IF(f.state = 'RETRY',
+                               v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND, t.available_at),
+           t.result = IF(f.state = 'SUCCEEDED', COALESCE(NULLIF(j.result, ''), t.result), t.result),
+           t.error = IF(f.state = 'SUCCEEDED', t.error, COALESCE(NULLIF(j.error, ''), t.error)),
+           t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
     UPDATE queues q
-      JOIN (SELECT queue_id, COUNT(*) AS n FROM result_fast GROUP BY queue_id) c ON c.queue_id = q.id
-       SET q.active_attempts = q.active_attempts - c.n, q.unfinished_tasks = q.unfinished_tasks - c.n;
+      JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_group
+             GROUP BY queue_id) c ON c.queue_id = q.id
+       SET q.active_attempts = q.active_attempts - c.n, q.unfinished_tasks = q.unfinished_tasks - c.done;
     UPDATE worker_sessions SET in_flight = in_flight - v_fast WHERE id = v_session;
     UPDATE applications
-       SET active_attempts = active_attempts - v_fast, unfinished_tasks = unfinished_tasks - v_fast
+       SET active_attempts = active_attempts - v_fast, unfinished_tasks = unfinished_tasks - v_done
      WHERE id = v_app;
-    UPDATE result_fast f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+    UPDATE result_group f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET r.holder_attempt_id = NULL, r.version = r.version + 1, r.updated_at = v_now
      WHERE r.holder_attempt_id = f.attempt_id;
-    DELETE p FROM result_fast f STRAIGHT_JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = f.attempt_id;
+    DELETE p FROM result_group f STRAIGHT_JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = f.attempt_id;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
-    SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'SUCCEEDED', 'RUNNING',
-           'SUCCEEDED', CONCAT('session:', p_session_public_id), NULL, v_now
-      FROM result_fast ORDER BY seq;
+    SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0),
+           IF(state = 'RETRY', 'RETRY_SCHEDULED', state), 'RUNNING',
+           IF(state = 'RETRY', 'WAITING', state), CONCAT('session:', p_session_public_id),
+           CASE WHEN state = 'RETRY' THEN CONCAT('retry after ', ROUND(delay, 3), 's')
+                WHEN state = 'FAILED' AND retryable = 1 THEN 'attempts or deadline exhausted' END,
+           v_now
+      FROM result_group ORDER BY seq;
     -- Each freed key passes to its next parked task: key_promote_next for the group. The
     -- dependent subquery reads each key's parked rows in ix_tasks_key_lane order and stops at
     -- the first due row of an ACTIVE queue (the shape key_promote_next measured; a join would
     -- sort every parked row of the key). The rows are changed under the key rows' locks,
     -- taken above, and the application row's, which every lane change holds.
-    UPDATE result_fast f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+    UPDATE result_group f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET f.next_task = COALESCE((
              SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
               WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
@@ -139,10 +179,10 @@ BEGIN
                 AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
               ORDER BY t.priority, t.id LIMIT 1), 0)
      WHERE f.resource_id > 0;
-    UPDATE result_fast f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task
+    UPDATE result_group f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task
        SET t.lane = 'READY', t.updated_at = v_now
      WHERE f.next_task > 0 AND t.lane = 'BLOCKED';
-    UPDATE result_fast f
+    UPDATE result_group f
       STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task AND t.lane = 'READY'
       STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET r.candidate_task_id = t.id;
@@ -184,7 +224,7 @@ BEGIN
   SELECT x.seq, x.item_error, x.attempt_id, x.task_id, x.duplicate
     FROM (SELECT f.seq, NULL AS item_error, a.public_id AS attempt_id, t.public_id AS task_id,
                  0 AS duplicate
-            FROM result_fast f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+            FROM result_group f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
             STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
           UNION ALL
           SELECT j.seq, NULLIF(j.error, ''), j.attempt_id, t.public_id, j.duplicate

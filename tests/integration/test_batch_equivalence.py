@@ -38,9 +38,10 @@ SUBMISSIONS = [
 # By submission name: what the worker reports (in this order).
 OUTCOMES = [
     ("u1", {"outcome": "succeeded", "result": {"ok": 1}}),
-    ("k1", {"outcome": "succeeded"}),
+    ("k1", {"outcome": "succeeded", "error": {"note": "kept on the attempt only"}}),
     ("s0", {"outcome": "succeeded", "result": {"n": [1, None]}}),
-    ("r1", {"outcome": "succeeded"}),  # promotes r2 (priority 1) before r3
+    # A retry frees the key while r1 backs off: r2 (priority 1) is promoted before r3.
+    ("r1", {"outcome": "failed", "retryable": True, "error": {"why": "later"}}),
     ("u2", {"outcome": "failed", "retryable": True, "error": {"why": "busy"}}),
     ("k2", {"outcome": "failed", "retryable": False, "error": {"why": "bad"}}),
     ("u3", {"outcome": "failed", "retryable": True}),  # its only attempt: FAILED
@@ -198,6 +199,8 @@ def test_batch_routes_leave_what_the_single_routes_leave(client, database, tenan
     assert one["tasks"]["s1"]["lane"] == "READY"  # promoted when s0 succeeded
     assert one["tasks"]["s2"]["lane"] == "BLOCKED"
     assert (one["tasks"]["r2"]["lane"], one["tasks"]["r3"]["lane"]) == ("READY", "BLOCKED")
+    assert one["tasks"]["r1"]["lane"] == "DELAYED" and one["tasks"]["r1"]["backing_off"]
+    assert one["tasks"]["k1"]["error"] is None  # a success's error stays on the attempt
     assert one["tasks"]["u2"]["state"] == "WAITING" and one["tasks"]["u2"]["backing_off"]
     assert one["answers"]["reported"][-1][1] is True
     for part in one:

@@ -486,6 +486,39 @@ def test_retry_backoff_releases_the_key_and_the_task_returns_without_another_rel
     assert granted[0]["concurrency_token"] == 3
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+def test_retry_backoff_is_exponential_with_jitter_on_both_paths(eng, database, batch):
+    """Base 2 s, cap 5 s: the n-th retry waits min(5, 2 * 2**(n-1)) s times [0.5, 1.0], and its
+    history names the wait. attempt_result_many draws it set-based, attempt_result per item."""
+    queue, _ = eng.queue_create(backoff=2, backoff_max=5)
+    task = eng.submit("", queue, max_attempts=9)
+    session, _ = eng.hello([queue], capacity=1)
+    for n in range(1, 5):
+        eng.due(task)
+        [a] = eng.claim(session, 1)
+        eng.start(session, a["attempt_id"])
+        if batch:
+            item = {"attempt_id": a["attempt_id"], "outcome": "failed", "retryable": 1}
+            item.update(result="", error="")
+            [[answer]] = database.call(
+                "attempt_result_many", eng.t.namespace_id, session, json.dumps([item])
+            )
+            assert answer["item_error"] is None
+        else:
+            eng.result(session, a["attempt_id"], "failed", retryable=1)
+        [row] = database.query(
+            "SELECT t.state, t.lane, TIMESTAMPDIFF(MICROSECOND, a.finished_at, t.available_at) "
+            "AS wait_us, h.details FROM attempts a JOIN tasks t ON t.id = a.task_id "
+            "JOIN task_history h ON h.attempt_id = a.id AND h.event = 'RETRY_SCHEDULED' "
+            "WHERE a.public_id = %s",
+            (a["attempt_id"],),
+        )
+        wait, capped = row["wait_us"] / 1e6, min(5, 2 * 2 ** (n - 1))
+        assert (row["state"], row["lane"]) == ("WAITING", "DELAYED")
+        assert 0.5 * capped <= wait <= capped, (n, wait)
+        assert abs(float(row["details"].removeprefix("retry after ").rstrip("s")) - wait) < 0.002
+
+
 def test_failed_final_and_attempts_exhausted(eng):
     task = eng.submit("", max_attempts=1)
     session, _ = eng.hello()
