@@ -1,8 +1,11 @@
 """Model-based test (issue 8, item 3): random sequences of submit, claim, start, renew, result,
-cancel, resolve and time passing (lease expiry + sweep) against the real procedures, with the
-engine's invariants checked after every step."""
+cancel, resolve and time passing (lease expiry + sweep) against the real procedures, single
+and batched (task_submit_many, attempt_result_many), with the engine's invariants checked
+after every step."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -11,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from orbit_shell import errors
 from tests.conftest import make_tenant
-from tests.engine import Engine
+from tests.engine import Engine, submit_item
 
 KEYS = ["", "m/a", "m/b"]
 OUTCOMES = [("succeeded", 0), ("failed", 1), ("failed", 0), ("unknown", 0)]
@@ -61,6 +64,50 @@ def machine(database, tmp_path):
                     self.eng.result(session, attempt, *outcome)
                 except (errors.LeaseLost, errors.StateConflict):
                     pass
+
+        @rule(keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=4))
+        def submit_batch(self, keys):
+            """task_submit_many, a key possibly named by several items (set-based)."""
+            [queue] = database.query(
+                "SELECT id FROM queues WHERE public_id = %s", (self.eng.queue,)
+            )
+            items = [submit_item(queue["id"], key) for key in keys]
+            [answers] = database.call(
+                "task_submit_many", self.eng.t.namespace_id, "model", json.dumps(items)
+            )
+            assert [a["item_error"] for a in answers] == [None] * len(keys)
+            self.tasks += [a["task_id"] for a in answers]
+
+        @rule(data=st.data(), i=st.integers(0, 1), start_first=st.booleans())
+        def result_batch(self, data, i, start_first):
+            """attempt_result_many of one session's attempts, an attempt possibly twice, each
+            with its own outcome (succeeded and failed set-based, the rest item by item); the
+            attempts started first or not, as a worker's start and report would."""
+            mine = [a for s, a in self.attempts if s == self.sessions[i]]
+            if mine:
+                picked = data.draw(st.lists(st.sampled_from(mine), min_size=1, max_size=4))
+                for attempt in picked if start_first else ():
+                    try:
+                        self.eng.start(self.sessions[i], attempt)
+                    except (errors.LeaseLost, errors.StateConflict):
+                        pass
+                items = [
+                    {"attempt_id": a, "outcome": outcome, "retryable": retryable}
+                    | {"result": "", "error": ""}
+                    for a, (outcome, retryable) in zip(
+                        picked,
+                        data.draw(st.lists(st.sampled_from(OUTCOMES), min_size=4, max_size=4)),
+                        strict=False,
+                    )
+                ]
+                [answers] = database.call(
+                    "attempt_result_many",
+                    self.eng.t.namespace_id,
+                    self.sessions[i],
+                    json.dumps(items),
+                )
+                codes = {(a["item_error"] or "").split(":")[0] for a in answers}
+                assert codes <= {"", "LEASE_LOST", "STATE_CONFLICT"}, answers
 
         @rule(data=st.data())
         def cancel(self, data):
