@@ -109,6 +109,27 @@ def machine(database, tmp_path):
                 codes = {(a["item_error"] or "").split(":")[0] for a in answers}
                 assert codes <= {"", "LEASE_LOST", "STATE_CONFLICT"}, answers
 
+        @rule(
+            i=st.integers(0, 1),
+            outcomes=st.lists(st.sampled_from(OUTCOMES), min_size=3, max_size=3),
+        )
+        def worker_round(self, i, outcomes):
+            """A worker's round: claim, start, and report what it got in one batch."""
+            session = self.sessions[i]
+            granted = [row["attempt_id"] for row in self.eng.claim(session, 3)]
+            self.attempts += [(session, a) for a in granted]
+            for attempt in granted:
+                self.eng.start(session, attempt)
+            if granted:
+                items = [
+                    {"attempt_id": a, "outcome": o, "retryable": r, "result": "", "error": ""}
+                    for a, (o, r) in zip(granted, outcomes, strict=False)
+                ]
+                [answers] = database.call(
+                    "attempt_result_many", self.eng.t.namespace_id, session, json.dumps(items)
+                )
+                assert [a["item_error"] for a in answers] == [None] * len(items), answers
+
         @rule(data=st.data())
         def cancel(self, data):
             if self.tasks:
