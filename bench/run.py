@@ -99,16 +99,24 @@ class Bench:
             self._worker_dsn = account["dsn"]
         return self._worker_dsn
 
-    def hello(self, d: Database, worker_id: str) -> str:
-        """A keyed session of capacity 1 on the bench queue; returns its id."""
+    def hello(
+        self,
+        d: Database,
+        worker_id: str,
+        capacity: int = 1,
+        keys: bool = True,
+        queue_public: str | None = None,
+    ) -> str:
+        """A session on one queue (the bench queue by default), keyed unless ``keys`` is
+        False; returns its id."""
         [session], _ = d.call(
             "worker_hello",
             self.ns,
             self.app,
             worker_id,
-            1,
-            1,
-            json.dumps([self.queue_public]),
+            capacity,
+            int(keys),
+            json.dumps([queue_public or self.queue_public]),
             "0" * 64,
         )
         return session["session_id"]
@@ -200,17 +208,7 @@ class Bench:
         """A queue of its own and a keyed session of ``capacity`` on it: (queue id, session)."""
         [[made]] = d.call("queue_create", self.ns, self.app, name, None, None, 3, 3600, 1, 300)
         [queue] = d.query("SELECT id FROM queues WHERE public_id = %s", (made["queue_id"],))
-        [session], _ = d.call(
-            "worker_hello",
-            self.ns,
-            self.app,
-            name,
-            capacity,
-            1,
-            json.dumps([made["queue_id"]]),
-            "0" * 64,
-        )
-        return queue["id"], session["session_id"]
+        return queue["id"], self.hello(d, name, capacity, queue_public=made["queue_id"])
 
     @staticmethod
     def batch_items(queue: int, count: int, keys=None) -> str:
@@ -415,17 +413,7 @@ class Bench:
         names = (f"{prefix}-{n}" for n in itertools.count())
         for _ in range(0, ready_keyed, 100):
             d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 100, names))
-        [session], _ = d.call(
-            "worker_hello",
-            self.ns,
-            self.app,
-            "plain-" + prefix,
-            1,
-            0,
-            json.dumps([public["public_id"]]),
-            "0" * 64,
-        )
-        sid = session["session_id"]
+        sid = self.hello(d, "plain-" + prefix, keys=False, queue_public=public["public_id"])
         conn = db.connect(self.dsn)
         claims, probes, reads = [], [], []
         for _ in range(samples):

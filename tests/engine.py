@@ -27,6 +27,24 @@ def submit_item(queue: int, concurrency_key: str = "", **fields) -> dict:
     }
 
 
+def handler_reads(conn) -> int:
+    """Rows read so far on this connection (its handler counters)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+        return sum(int(r["Value"]) for r in cur.fetchall())
+
+
+def call_reads(conn, procedure: str, *args) -> tuple[int, list[dict]]:
+    """Call a procedure on ``conn``: the rows it read and its first result set."""
+    before = handler_reads(conn)
+    with conn.cursor() as cur:
+        cur.execute(f"CALL {procedure}({', '.join(['%s'] * len(args))})", args)
+        rows = list(cur.fetchall())
+        while cur.nextset():
+            pass
+    return handler_reads(conn) - before, rows
+
+
 class Engine:
     def __init__(self, database: Database, tenant) -> None:
         self.db = database

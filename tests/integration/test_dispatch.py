@@ -13,7 +13,7 @@ import pytest
 
 from orbit_shell import errors
 from orbit_shell.db import Database
-from tests.engine import Engine, submit_item
+from tests.engine import Engine, call_reads, submit_item
 
 U64_MAX = 18446744073709551615
 
@@ -48,25 +48,13 @@ def test_one_batch_never_grants_a_key_twice(eng):
     assert sorted(a["concurrency_key"] for a in granted) == ["batch/k", "batch/other"]
 
 
-def _handler_reads(conn) -> int:
-    with conn.cursor() as cur:
-        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
-        return sum(int(r["Value"]) for r in cur.fetchall())
-
-
 def _call_reads(dsn: str, procedure: str, *args) -> tuple[int, list]:
-    """Rows the call read (handler counters of its own connection) and its first result set."""
+    """Rows the call read (on a connection of its own) and its first result set."""
     from orbit_shell import db
 
     conn = db.connect(dsn)
     try:
-        before = _handler_reads(conn)
-        with conn.cursor() as cur:
-            cur.execute(f"CALL {procedure}({', '.join(['%s'] * len(args))})", args)
-            rows = list(cur.fetchall())
-            while cur.nextset():
-                pass
-        return _handler_reads(conn) - before, rows
+        return call_reads(conn, procedure, *args)
     finally:
         conn.close()
 

@@ -19,27 +19,11 @@ import pytest
 from orbit_shell import db, schema
 from orbit_shell.db import Database
 from tests.conftest import make_tenant
-from tests.engine import submit_item
+from tests.engine import call_reads, submit_item
 
 BATCH = 50
 KEYS = 500
 ROUNDS = 40
-
-
-def _reads(conn) -> int:
-    with conn.cursor() as cur:
-        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
-        return sum(int(r["Value"]) for r in cur.fetchall())
-
-
-def _call(conn, name: str, *args) -> tuple[int, list[dict]]:
-    before = _reads(conn)
-    with conn.cursor() as cur:
-        cur.execute(f"CALL {name}({', '.join(['%s'] * len(args))})", args)
-        rows = list(cur.fetchall())
-        while cur.nextset():
-            pass
-    return _reads(conn) - before, rows
 
 
 @pytest.fixture
@@ -78,19 +62,19 @@ def test_batch_calls_read_per_item_not_per_key_on_a_new_database(young):
         # Two batches submitted per batch drained: keys gain parked tasks, so results promote.
         for _ in range(ROUNDS):
             for _ in range(2):
-                reads, _ = _call(conn, "task_submit_many", ns, "t", items())
+                reads, _ = call_reads(conn, "task_submit_many", ns, "t", items())
                 most["submit"] = max(most["submit"], reads)
-            reads, granted = _call(conn, "worker_claim", ns, sid, BATCH)
+            reads, granted = call_reads(conn, "worker_claim", ns, sid, BATCH)
             most["claim"] = max(most["claim"], reads)
             ids = [a["attempt_id"] for a in granted]
             granted_total += len(ids)
-            reads, _ = _call(conn, "attempt_start_many", ns, sid, json.dumps(ids))
+            reads, _ = call_reads(conn, "attempt_start_many", ns, sid, json.dumps(ids))
             most["start"] = max(most["start"], reads)
             outcomes = [
                 {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}
                 for a in ids
             ]
-            reads, answers = _call(conn, "attempt_result_many", ns, sid, json.dumps(outcomes))
+            reads, answers = call_reads(conn, "attempt_result_many", ns, sid, json.dumps(outcomes))
             most["result"] = max(most["result"], reads)
             assert [a["item_error"] for a in answers] == [None] * len(ids)
     finally:

@@ -14,7 +14,7 @@ from falcon import testing
 from orbit_shell.auth import Principal
 from orbit_shell.db import Database
 from orbit_shell.scoped import Scope
-from tests.engine import submit_item
+from tests.engine import handler_reads, submit_item
 from tests.helpers import Session, submit, task_body
 
 SEED = {
@@ -266,10 +266,14 @@ def test_a_list_page_reads_its_namespace_not_the_tasks_of_others(database, tenan
     single = Database(database.dsn, pool_size=1)  # one connection: its handler counters
     scope = Scope(single, principal)
 
+    def reads() -> int:
+        with single.connection() as conn:
+            return handler_reads(conn)
+
     def page(filters: dict, after: int) -> tuple[list[int], int]:
-        before = _handler_reads(single)
+        before = reads()
         rows = scope.tasks(filters, after, 51)
-        return [r["id"] for r in rows], _handler_reads(single) - before
+        return [r["id"] for r in rows], reads() - before
 
     try:
         last, reads_last = page({}, ids[-6])  # the namespace's last page
@@ -278,12 +282,6 @@ def test_a_list_page_reads_its_namespace_not_the_tasks_of_others(database, tenan
         single.close()
     assert last == ids[-5:] and keyed == ids[:51]
     assert reads_last < 100 and reads_keyed < 100, (reads_last, reads_keyed)
-
-
-def _handler_reads(database: Database) -> int:
-    with database.connection() as conn, conn.cursor() as cur:
-        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
-        return sum(int(r["Value"]) for r in cur.fetchall())
 
 
 def test_attempts_carry_the_token_as_a_string_only_when_keyed(client, tenant):
