@@ -152,9 +152,12 @@ BEGIN
              priority TINYINT UNSIGNED PATH '$.priority',
              max_attempts INT UNSIGNED PATH '$.max_attempts',
              deadline_seconds INT UNSIGNED PATH '$.deadline_seconds')) j
-      STRAIGHT_JOIN submit_fast f ON f.seq = j.seq - 1
-      STRAIGHT_JOIN queues q ON q.id = f.queue_id
-     ORDER BY f.seq;
+      STRAIGHT_JOIN submit_fast f FORCE INDEX (PRIMARY) ON f.seq = j.seq - 1
+      STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = f.queue_id
+     -- Sorted by the first table's column, every join by key: ordering by the group's column,
+     -- or a join buffer (a namespace of few queues scanned them), made MariaDB sort the joined
+     -- rows, payload text and all, in an on-disk temporary table (0.4 ms of a batch of 10).
+     ORDER BY j.seq;
     -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
     UPDATE submit_fast f STRAIGHT_JOIN tasks t FORCE INDEX (uq_tasks_public_id) ON t.public_id = f.public_id SET f.task_id = t.id;
     INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, task_id, created_at)

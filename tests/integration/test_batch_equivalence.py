@@ -6,8 +6,8 @@ another, and compares everything the two leave behind: answers, tasks, attempts,
 holders, candidates), permits, counters and history. The scenario mixes what takes the
 set-based path (new unkeyed and keyed tasks, succeeded results) with what does not (a repeated
 Idempotency-Key, a conflict, two tasks of one key, a started attempt started again, failed,
-retried and unknown outcomes, a result repeated in the batch). Real MariaDB through the Falcon
-app."""
+retried and unknown outcomes, a result repeated in the batch), then results without any text,
+which take the set-based path's other form. Real MariaDB through the Falcon app."""
 
 from __future__ import annotations
 
@@ -49,6 +49,12 @@ OUTCOMES = [
     ("k3", {"outcome": "succeeded", "result": {"text": 'é "q" 😀'}}),
     ("u1", {"outcome": "succeeded", "result": {"ok": 1}}),  # the same result again: duplicate
 ]
+# Then the tasks those results promoted (s1 and r2) are claimed, started and reported with no
+# result or error text at all: the batch without texts takes its own form of the update.
+PLAIN_OUTCOMES = {
+    "s1": {"outcome": "succeeded"},
+    "r2": {"outcome": "failed", "retryable": False},
+}
 
 
 def run(client, tenant, batch: bool) -> dict:
@@ -93,36 +99,47 @@ def run(client, tenant, batch: bool) -> dict:
             (r.status_code, r.json.get("data", {}).get("state"))
             for r in (session.start(a) for a in starts)
         ]
-    results = [{"attempt_id": attempt_of[k], **body} for k, body in OUTCOMES]
-    if batch:
-        reported = [
-            (r["status"], r.get("data", {}).get("duplicate"), r.get("error", {}).get("code"))
-            for r in post(
-                "/v1/attempts/result", {"session_id": session.id, "results": results}
-            ).json["data"]["results"]
-        ]
-    else:
-        reported = []
-        for item in results:
-            body = {k: v for k, v in item.items() if k != "attempt_id"}
-            r = session.finish(item["attempt_id"], **body)
-            reported.append(
-                (
-                    r.status_code,
-                    r.json.get("data", {}).get("duplicate"),
-                    r.json.get("error", {}).get("code"),
-                )
-            )
+    reported = report(post, session, batch, [(attempt_of[k], body) for k, body in OUTCOMES])
+
+    again = {tasks_key(tasks, a["task"]["task_id"]): a["attempt_id"] for a in session.claim(max=20)}
+    for attempt in again.values():
+        assert session.start(attempt).status_code == 200
+    plain = [(again[k], body) for k, body in PLAIN_OUTCOMES.items() if k in again]
     return {
         "answers": {
             "submitted": [(status, code, task is not None) for status, task, code in submitted],
             "claimed": sorted(attempt_of),
             "started": started,
             "reported": reported,
+            "claimed_again": sorted(again),
+            "reported_plain": report(post, session, batch, plain),
         },
         "tasks": tasks,
         "session": session.id,
     }
+
+
+def report(post, session, batch: bool, results: list[tuple[str, dict]]) -> list[tuple]:
+    """The results through POST /v1/attempts/result (batch) or one call each; the answers."""
+    if batch:
+        items = [{"attempt_id": attempt, **body} for attempt, body in results]
+        return [
+            (r["status"], r.get("data", {}).get("duplicate"), r.get("error", {}).get("code"))
+            for r in post(
+                "/v1/attempts/result", {"session_id": session.id, "results": items}
+            ).json["data"]["results"]
+        ]
+    answers = []
+    for attempt, body in results:
+        r = session.finish(attempt, **body)
+        answers.append(
+            (
+                r.status_code,
+                r.json.get("data", {}).get("duplicate"),
+                r.json.get("error", {}).get("code"),
+            )
+        )
+    return answers
 
 
 def tasks_key(tasks: dict, public_id: str) -> str:
@@ -137,7 +154,8 @@ def snapshot(database, tenant, outcome: dict) -> dict:
         [t] = database.query(
             "SELECT id, state, lane, concurrency_key, business_key, priority, attempts_used, "
             "max_attempts, deadline_at IS NOT NULL AS has_deadline, payload, result, error, "
-            "available_at > created_at AS backing_off FROM tasks WHERE public_id = %s",
+            "available_at > created_at AS backing_off, finished_at IS NOT NULL AS finished "
+            "FROM tasks WHERE public_id = %s",
             (public,),
         )
         name[t.pop("id")] = key
@@ -196,9 +214,11 @@ def test_batch_routes_leave_what_the_single_routes_leave(client, database, tenan
     many = snapshot(database, batched, run(client, batched, batch=True))
     # The scenario reached what it is about (so the comparison is not of two empty runs).
     assert [s for s, _, _ in one["answers"]["submitted"]] == [201] * 11 + [200, 409, 201, 201]
-    assert one["tasks"]["s1"]["lane"] == "READY"  # promoted when s0 succeeded
-    assert one["tasks"]["s2"]["lane"] == "BLOCKED"
-    assert (one["tasks"]["r2"]["lane"], one["tasks"]["r3"]["lane"]) == ("READY", "BLOCKED")
+    # s1 promoted when s0 succeeded, r2 (priority 1) before r3 when r1 backed off: both
+    # claimable again, and their plain results promoted s2 and r3 in turn.
+    assert one["answers"]["claimed_again"] == ["r2", "s1"]
+    assert (one["tasks"]["s1"]["state"], one["tasks"]["r2"]["state"]) == ("SUCCEEDED", "FAILED")
+    assert (one["tasks"]["s2"]["lane"], one["tasks"]["r3"]["lane"]) == ("READY", "READY")
     assert one["tasks"]["r1"]["lane"] == "DELAYED" and one["tasks"]["r1"]["backing_off"]
     assert one["tasks"]["k1"]["error"] is None  # a success's error stays on the attempt
     assert one["tasks"]["u2"]["state"] == "WAITING" and one["tasks"]["u2"]["backing_off"]
