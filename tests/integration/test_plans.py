@@ -140,3 +140,96 @@ def test_a_batch_cycle_without_texts_makes_no_on_disk_temporary_table(young):
         conn.close()
     assert len(ids) >= 6 and [a["item_error"] for a in answers] == [None] * len(ids)
     assert made == {"submit": 0, "claim": 0, "start": 0, "result": 0}
+
+
+def backdate(conn, sql: str, *args) -> int:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.rowcount
+
+
+@pytest.mark.slow
+def test_the_sweeper_reads_per_item_not_per_history(young):
+    """lease_sweep after a mass expiry, behind a history of finished work: expired leases
+    (LEASED and RUNNING), retries whose backoff ran out, waiting tasks past their deadline.
+    It walked each kind by id: per item it read either every due row of the kind (a range
+    sorted for its least id, quadratic in the expiry) or the table's older rows (the primary
+    key scanned up to the first due row: the whole history, on every sweep)."""
+    database, tenant = young
+    [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
+    ns = tenant.namespace_id
+    conn = db.connect(database.dsn)
+
+    def hello(name: str) -> str:
+        [session], _ = database.call(
+            "worker_hello",
+            ns,
+            tenant.application_id,
+            name,
+            100,
+            1,
+            json.dumps([tenant.queue_id]),
+            "0" * 64,
+        )
+        return session["session_id"]
+
+    def submit(n: int, **fields) -> None:
+        for at in range(0, n, 100):
+            items = [submit_item(queue["id"], **fields) for _ in range(min(100, n - at))]
+            database.call("task_submit_many", ns, "t", json.dumps(items))
+
+    def claim(session: str, n: int) -> list[str]:
+        [granted] = database.call("worker_claim", ns, session, n)[:1]
+        return [a["attempt_id"] for a in granted]
+
+    def report(session: str, ids: list[str], outcome: str, retryable: int) -> None:
+        items = [
+            {"attempt_id": a, "outcome": outcome, "retryable": retryable, "result": "", "error": ""}
+            for a in ids
+        ]
+        database.call("attempt_result_many", ns, session, json.dumps(items))
+
+    try:
+        worker = hello("history")
+        submit(4000)
+        while ids := claim(worker, 100):  # the history: 4,000 finished tasks and attempts
+            database.call("attempt_start_many", ns, worker, json.dumps(ids))
+            report(worker, ids, "succeeded", 0)
+        database.call("worker_goodbye", ns, worker)
+        submit(180)
+        # A session each, made as it claims: an idle open session would take a fair share.
+        leased = hello("leased")
+        assert len(claim(leased, 60)) == 60
+        running = hello("running")
+        started = claim(running, 60)
+        database.call("attempt_start_many", ns, running, json.dumps(started))
+        retried = hello("retried")
+        backed_off = claim(retried, 60)
+        database.call("attempt_start_many", ns, retried, json.dumps(backed_off))
+        report(retried, backed_off, "failed", 1)
+        submit(60, deadline_seconds=3600)
+        # Past the sweep's clock: 120 leases, 60 backoffs, 60 deadlines of waiting tasks.
+        expired = backdate(
+            conn,
+            "UPDATE attempts SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+            "WHERE state IN ('LEASED', 'RUNNING')",
+        )
+        due = backdate(
+            conn,
+            "UPDATE tasks SET available_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+            "WHERE lane = 'DELAYED'",
+        )
+        late = backdate(
+            conn,
+            "UPDATE tasks SET deadline_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+            "WHERE deadline_at IS NOT NULL",
+        )
+        assert (expired, due, late) == (120, 60, 60)
+        reads, [swept] = call_reads(conn, "lease_sweep", 100)
+        assert swept == {"recovered": 100, "promoted": 60, "expired": 60}
+        reads_next, [rest] = call_reads(conn, "lease_sweep", 100)
+        assert rest == {"recovered": 20, "promoted": 0, "expired": 0}
+    finally:
+        conn.close()
+    per_item = (reads + reads_next) / 240
+    assert per_item < 30, (reads, reads_next)
