@@ -9,7 +9,9 @@ Parts:
   phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
              none, each task its own, or 1,000 shared behind a backlog)
   blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks;
-             an unkeyed session's claim and probe with 0 / 10k (/ 100k) READY keyed tasks
+             an unkeyed session's claim and probe with 0 / 10k (/ 100k) READY keyed tasks;
+             the sweeper's rows read per lease after 1,000 leases lapse at once behind 0 / 10k
+             (/ 100k) finished tasks
   e2e        HTTP producers + SDK worker processes + gunicorn: tasks/s, submit-to-start p50/p99,
              for unkeyed, 1,000 keys and 10 hot keys, unpaced and paced at the targets' rates;
              peak RSS of a gunicorn and an SDK worker
@@ -41,7 +43,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import floor  # noqa: E402
 import targets  # noqa: E402
 
-from orbit_shell import auth, db, localdb, schema  # noqa: E402
+from orbit_shell import auth, batches, db, localdb, schema  # noqa: E402
 from orbit_shell.cli import admin  # noqa: E402
 from orbit_shell.client import Client  # noqa: E402
 from orbit_shell.db import Database  # noqa: E402
@@ -382,6 +384,63 @@ class Bench:
             "claim_p99_ms": pct(latencies, 99),
             "rows_read_per_claim": statistics.median(reads),
             "release_of_busy_key_ms": release_ms,
+        }
+
+    def sweep(self, history: int, expired: int) -> dict:
+        """The sweeper after a mass expiry: ``expired`` leases (held by sessions whose workers
+        are gone) lapse at once behind ``history`` tasks finished on the same queue first;
+        lease_sweep(500) runs until none is left (no server runs meanwhile). The leases are
+        moved into the past in one UPDATE, a fixture like the bulk park."""
+        d = Database(self.dsn, pool_size=1)
+        name = f"sweep-{secrets.token_hex(3)}"
+        queue, worker = self.batch_queue(d, name, 100)
+        [public] = d.query("SELECT public_id FROM queues WHERE id = %s", (queue,))
+        for _ in range(0, history, 100):
+            d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 100))
+            [rows] = d.call("worker_claim", self.ns, worker, 100)[:1]
+            ids = [r["attempt_id"] for r in rows]
+            batches.start_many(d, self.ns, worker, ids)
+            outcomes = [{"attempt_id": a, "outcome": "succeeded"} for a in ids]
+            batches.result_many(d, self.ns, worker, outcomes)
+        d.call("worker_goodbye", self.ns, worker)  # an idle open session takes a fair share
+        sessions = []
+        for n in range(0, expired, 100):
+            d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 100))
+            sessions.append(
+                self.hello(d, f"{name}-gone-{n}", 100, queue_public=public["public_id"])
+            )
+            [rows] = d.call("worker_claim", self.ns, sessions[-1], 100)[:1]
+            assert len(rows) == 100, len(rows)
+        d.query(
+            "UPDATE attempts a JOIN worker_sessions s ON s.id = a.session_id "
+            "SET a.lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+            f"WHERE s.public_id IN ({', '.join(['%s'] * len(sessions))})",
+            sessions,
+        )
+        conn = db.connect(self.dsn)
+        recovered, reads, seconds = 0, 0, 0.0
+        while True:
+            before = handler_reads(conn)
+            started = time.perf_counter()
+            with conn.cursor() as cur:
+                cur.execute("CALL lease_sweep(500)")
+                [row] = cur.fetchall()
+                while cur.nextset():
+                    pass
+            seconds += time.perf_counter() - started
+            reads += handler_reads(conn) - before
+            if not row["recovered"]:
+                break
+            recovered += row["recovered"]
+        conn.close()
+        d.close()
+        assert recovered >= expired, recovered
+        return {
+            "history": history,
+            "expired": expired,
+            "recovered": recovered,
+            "rows_read_per_lease": reads / recovered,
+            "ms_per_lease": 1000 * seconds / recovered,
         }
 
     def timed_claim(self, conn, d: Database, sid: str) -> tuple[float, int, list[dict]]:
@@ -959,6 +1018,16 @@ def main() -> int:
                     f"p99 {b['claim_p99_ms']:.2f} ms ({b['claim_p99_ms'] / base:.2f}x of 0)  "
                     f"rows read {b['rows_read_per_claim']:.0f}  "
                     f"release of the busy key {b['release_of_busy_key_ms']:.1f} ms",
+                    flush=True,
+                )
+            results["sweep"] = [
+                bench.sweep(n, 1000) for n in [0, 10_000] + ([100_000] if args.large else [])
+            ]
+            for w in results["sweep"]:
+                print(
+                    f"blocked: sweep of {w['expired']} expired leases behind {w['history']:>6} "
+                    f"finished tasks  rows read per lease {w['rows_read_per_lease']:.1f}  "
+                    f"{w['ms_per_lease']:.2f} ms per lease",
                     flush=True,
                 )
             sizes = [0, 10_000] + ([100_000] if args.large else [])

@@ -125,9 +125,9 @@ def report(post, session, batch: bool, results: list[tuple[str, dict]]) -> list[
         items = [{"attempt_id": attempt, **body} for attempt, body in results]
         return [
             (r["status"], r.get("data", {}).get("duplicate"), r.get("error", {}).get("code"))
-            for r in post(
-                "/v1/attempts/result", {"session_id": session.id, "results": items}
-            ).json["data"]["results"]
+            for r in post("/v1/attempts/result", {"session_id": session.id, "results": items}).json[
+                "data"
+            ]["results"]
         ]
     answers = []
     for attempt, body in results:
