@@ -233,3 +233,70 @@ def test_the_sweeper_reads_per_item_not_per_history(young):
         conn.close()
     per_item = (reads + reads_next) / 240
     assert per_item < 30, (reads, reads_next)
+
+
+@pytest.mark.slow
+def test_a_claim_and_its_probe_read_per_queue_not_per_history(young):
+    """The claim's recovery guard and session_ready ask whether a queue has an expired lease
+    or a due backoff. Written as a join with `state IN ('LEASED', 'RUNNING') AND
+    lease_expires_at <= now`, the attempts index was entered by queue alone and the read went
+    through every attempt the queue ever had: an empty claim behind 2,000 finished tasks read
+    2,026 rows, and so did every probe of a waiting worker, every 20-50 ms."""
+    database, tenant = young
+    [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
+    ns = tenant.namespace_id
+    conn = db.connect(database.dsn)
+
+    def hello(name: str) -> str:
+        [session], _ = database.call(
+            "worker_hello",
+            ns,
+            tenant.application_id,
+            name,
+            100,
+            1,
+            json.dumps([tenant.queue_id]),
+            "0" * 64,
+        )
+        return session["session_id"]
+
+    try:
+        worker = hello("history")
+        for _ in range(15):  # the history: 1,500 finished tasks and attempts on the queue
+            items = [submit_item(queue["id"]) for _ in range(100)]
+            database.call("task_submit_many", ns, "t", json.dumps(items))
+            [granted] = database.call("worker_claim", ns, worker, 100)[:1]
+            ids = [a["attempt_id"] for a in granted]
+            database.call("attempt_start_many", ns, worker, json.dumps(ids))
+            outcomes = [
+                {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}
+                for a in ids
+            ]
+            database.call("attempt_result_many", ns, worker, json.dumps(outcomes))
+        # Work in flight that has not expired: a leased and a running attempt.
+        two = [submit_item(queue["id"]) for _ in range(2)]
+        database.call("task_submit_many", ns, "t", json.dumps(two))
+        [held] = database.call("worker_claim", ns, worker, 2)[:1]
+        database.call("attempt_start_many", ns, worker, json.dumps([held[0]["attempt_id"]]))
+        waiting = hello("waiting")
+        claim_reads, granted = call_reads(conn, "worker_claim", ns, waiting, 10)
+        probe_reads, [ready] = call_reads(conn, "session_ready", ns, waiting)
+        assert granted == [] and ready["ready"] == 0
+        # An expired lease is still found, and recovered by the next claim.
+        with conn.cursor() as cur:
+            cur.execute(
+                "UPDATE attempts SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+                "WHERE public_id = %s",
+                (held[1]["attempt_id"],),
+            )
+        _, [ready] = call_reads(conn, "session_ready", ns, waiting)
+        assert ready["ready"] == 1
+        recover_reads, granted = call_reads(conn, "worker_claim", ns, waiting, 10)
+        assert len(granted) == 1  # the recovered task, claimed again
+    finally:
+        conn.close()
+    assert max(claim_reads, probe_reads, recover_reads) < 100, (
+        claim_reads,
+        probe_reads,
+        recover_reads,
+    )
