@@ -11,7 +11,7 @@ Parts:
   blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks;
              an unkeyed session's claim and probe with 0 / 10k (/ 100k) READY keyed tasks;
              the sweeper's rows read per lease after 1,000 leases lapse at once behind 0 / 10k
-             (/ 100k) finished tasks
+             (/ 100k) finished tasks, and what an empty claim and its probe read there
   e2e        HTTP producers + SDK worker processes + gunicorn: tasks/s, submit-to-start p50/p99,
              for unkeyed, 1,000 keys and 10 hot keys, unpaced and paced at the targets' rates;
              peak RSS of a gunicorn and an SDK worker
@@ -403,6 +403,25 @@ class Bench:
             outcomes = [{"attempt_id": a, "outcome": "succeeded"} for a in ids]
             batches.result_many(d, self.ns, worker, outcomes)
         d.call("worker_goodbye", self.ns, worker)  # an idle open session takes a fair share
+        # What an empty claim and its probe read on a queue with that history: the recovery
+        # guard's and the probe's look for expired leases and due backoff (session 8).
+        conn = db.connect(self.dsn)
+        idle = self.hello(d, f"{name}-idle", 10, queue_public=public["public_id"])
+        before = handler_reads(conn)
+        with conn.cursor() as cur:
+            cur.execute("CALL worker_claim(%s, %s, 10)", (self.ns, idle))
+            assert not cur.fetchall()
+            while cur.nextset():
+                pass
+        claim_reads = handler_reads(conn) - before
+        before = handler_reads(conn)
+        with conn.cursor() as cur:
+            cur.execute("CALL session_ready(%s, %s)", (self.ns, idle))
+            cur.fetchall()
+            while cur.nextset():
+                pass
+        probe_reads = handler_reads(conn) - before
+        d.call("worker_goodbye", self.ns, idle)
         sessions = []
         for n in range(0, expired, 100):
             d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 100))
@@ -417,7 +436,6 @@ class Bench:
             f"WHERE s.public_id IN ({', '.join(['%s'] * len(sessions))})",
             sessions,
         )
-        conn = db.connect(self.dsn)
         recovered, reads, seconds = 0, 0, 0.0
         while True:
             before = handler_reads(conn)
@@ -440,6 +458,8 @@ class Bench:
             "expired": expired,
             "recovered": recovered,
             "rows_read_per_lease": reads / recovered,
+            "empty_claim_rows_read": claim_reads,
+            "probe_rows_read": probe_reads,
             "ms_per_lease": 1000 * seconds / recovered,
         }
 
@@ -1027,7 +1047,8 @@ def main() -> int:
                 print(
                     f"blocked: sweep of {w['expired']} expired leases behind {w['history']:>6} "
                     f"finished tasks  rows read per lease {w['rows_read_per_lease']:.1f}  "
-                    f"{w['ms_per_lease']:.2f} ms per lease",
+                    f"{w['ms_per_lease']:.2f} ms per lease; before it, an empty claim read "
+                    f"{w['empty_claim_rows_read']} rows and its probe {w['probe_rows_read']}",
                     flush=True,
                 )
             sizes = [0, 10_000] + ([100_000] if args.large else [])
