@@ -65,6 +65,21 @@ def test_probe_says_yes_for_what_the_claim_recovers(database, tenant):
     assert [g["task_id"] for g in eng.claim(full, 1)] == [retried]
 
 
+def test_probe_says_yes_for_a_running_attempt_past_its_lease(database, tenant):
+    eng = Engine(database, tenant)
+    queue, _ = eng.queue_create()
+    session, _ = eng.hello([queue], capacity=1)
+    task = eng.submit("", queue)
+    [a] = eng.claim(session, 1)
+    eng.start(session, a["attempt_id"])
+    assert ready(eng, session) == 0  # full, and the lease runs
+    eng.expire(a["attempt_id"])
+    assert ready(eng, session) == 1  # the claim recovers it: UNKNOWN, the task to review
+    assert eng.claim(session, 1) == []
+    assert eng.task(task)["state"] == "NEEDS_REVIEW"
+    assert ready(eng, session) == 0
+
+
 def test_probe_says_yes_for_an_unknown_or_closed_session_so_the_claim_can_say_why(database, tenant):
     eng = Engine(database, tenant)
     session, _ = eng.hello()

@@ -291,6 +291,22 @@ def test_a_claim_that_recovers_its_own_expired_lease_uses_the_room_at_once(eng):
     assert b["task_id"] == task and b["attempt_number"] == 2
 
 
+def test_a_claim_recovers_a_running_holder_past_its_lease_and_takes_its_key(eng):
+    """Recovery runs inside claims (SPEC 3), for RUNNING attempts too: the claim's guard
+    looks for the earliest lease of each state, and a guard blind to one state left such
+    a key held until the sweeper came by."""
+    first = eng.submit("claimrec/k")
+    second = eng.submit("claimrec/k")  # parked behind the first
+    old, _ = eng.hello(capacity=1)
+    [a] = eng.claim(old, 1)
+    eng.start(old, a["attempt_id"])
+    eng.expire(a["attempt_id"])  # the holder stalled while running
+    new, _ = eng.hello(capacity=1)
+    [b] = eng.claim(new, 1)  # recovers it (UNKNOWN, key released), then takes the next
+    assert b["task_id"] == second and b["concurrency_token"] > a["concurrency_token"]
+    assert eng.task(first)["state"] == "NEEDS_REVIEW"
+
+
 def test_running_holder_past_its_lease_goes_to_review_and_its_late_result_is_refused(eng, database):
     task = eng.submit("review/k")
     old, _ = eng.hello(capacity=1)
