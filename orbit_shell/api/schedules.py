@@ -18,9 +18,11 @@ COLUMNS = (
     "s.updated_at, v.rule_kind, v.cron, v.timezone, v.interval_seconds, v.definition, "
     "v.effective_from"
 )
+# From the schedules to their current versions by key (see schedules.DUE): the other order
+# read every version ever written.
 FROM = (
-    "FROM schedules s JOIN schedule_versions v ON v.schedule_id = s.id "
-    "AND v.version = s.current_version"
+    "FROM schedules s STRAIGHT_JOIN schedule_versions v FORCE INDEX (PRIMARY) "
+    "ON v.schedule_id = s.id AND v.version = s.current_version"
 )
 
 

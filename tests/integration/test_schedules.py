@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from orbit_shell import db, schedules
+from orbit_shell.db import Database
 from tests.helpers import Session, task_body
 
 
@@ -218,3 +219,24 @@ def test_delete_keeps_history_and_stops_fires(client, tenant, database, orbit_ds
         f"/v1/schedules/{sched['schedule_id']}/resume", headers=tenant.headers
     )
     assert resumed.status_code == 409
+
+
+def test_a_scheduler_tick_reads_the_due_index_and_sorts_nothing_on_disk(client, tenant, orbit_dsn):
+    """Every server process ticks about once a second. The due query started from
+    schedule_versions (every version ever written) and sorted the joined rows, definition
+    text and all, in an on-disk temporary table: one per tick, with nothing due too."""
+    sched = _create(client, tenant, name="ticking")
+    _make_due(orbit_dsn, sched["schedule_id"], 120)
+    one = Database(orbit_dsn, pool_size=1)  # one connection: its session counters are the tick's
+
+    def on_disk() -> int:
+        [row] = one.query("SHOW SESSION STATUS LIKE 'Created_tmp_disk_tables'")
+        return int(row["Value"])
+
+    try:
+        before = on_disk()
+        assert schedules.fire_due(one) == 1
+        assert schedules.fire_due(one) == 0  # nothing due now
+        assert on_disk() - before == 0
+    finally:
+        one.close()
