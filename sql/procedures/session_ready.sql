@@ -46,20 +46,7 @@ BEGIN
                               AND t.concurrency_key = ''
                             WHERE wq.session_id = v_session AND q.state = 'ACTIVE');
     END IF;
-    -- The earliest due backoff and the earliest lease of each state, per queue: one index
-    -- entry each (worker_claim's recovery guard, which has the same shape and the same
-    -- reason: a join with `state IN (...)` read every attempt the queue ever had).
-    SELECT v_ready
-        OR EXISTS (SELECT 1 FROM worker_session_queues wq
-                    WHERE wq.session_id = v_session
-                      AND ((SELECT t.available_at FROM tasks t FORCE INDEX (ix_tasks_queue_due)
-                             WHERE t.queue_id = wq.queue_id AND t.lane = 'DELAYED'
-                             ORDER BY t.available_at LIMIT 1) <= v_now
-                        OR (SELECT a.lease_expires_at FROM attempts a FORCE INDEX (ix_attempts_queue_lease)
-                             WHERE a.queue_id = wq.queue_id AND a.state = 'LEASED'
-                             ORDER BY a.lease_expires_at LIMIT 1) <= v_now
-                        OR (SELECT a.lease_expires_at FROM attempts a FORCE INDEX (ix_attempts_queue_lease)
-                             WHERE a.queue_id = wq.queue_id AND a.state = 'RUNNING'
-                             ORDER BY a.lease_expires_at LIMIT 1) <= v_now)) AS ready;
+    -- What the claim recovers, room or not: its own guard's read.
+    SELECT v_ready OR session_recovery_due(v_session, v_now) AS ready;
   END IF;
 END

@@ -91,23 +91,9 @@ BEGIN
   -- Per queue of the session (ix_attempts_queue_lease, ix_tasks_queue_due), bounded; the
   -- sweeper does the rest. The found row is re-checked under its lock by the helper.
   -- Most claims find nothing to recover: one plain read over all the session's queues (the
-  -- shape of session_ready) says so, and the per-queue loops run only when it finds something.
-  -- It reads, per queue, the earliest lease of each state and the earliest due backoff: one
-  -- index entry each. A join on the queue with `state IN (...) AND lease_expires_at <= now`
-  -- was a ref on queue_id alone, and read every attempt the queue ever had (2,026 rows for an
-  -- empty claim behind 2,000 finished tasks; bench/README.md, session 8).
-  SELECT EXISTS (SELECT 1 FROM worker_session_queues wq
-                  WHERE wq.session_id = v_session
-                    AND ((SELECT a.lease_expires_at FROM attempts a FORCE INDEX (ix_attempts_queue_lease)
-                           WHERE a.queue_id = wq.queue_id AND a.state = 'LEASED'
-                           ORDER BY a.lease_expires_at LIMIT 1) <= v_now
-                      OR (SELECT a.lease_expires_at FROM attempts a FORCE INDEX (ix_attempts_queue_lease)
-                           WHERE a.queue_id = wq.queue_id AND a.state = 'RUNNING'
-                           ORDER BY a.lease_expires_at LIMIT 1) <= v_now
-                      OR (SELECT t.available_at FROM tasks t FORCE INDEX (ix_tasks_queue_due)
-                           WHERE t.queue_id = wq.queue_id AND t.lane = 'DELAYED'
-                           ORDER BY t.available_at LIMIT 1) <= v_now))
-    INTO v_recover;
+  -- probe's, session_recovery_due) says so, and the per-queue loops run only when it finds
+  -- something.
+  SET v_recover = session_recovery_due(v_session, v_now);
   SET v_queue = 0;
   recovery_queues: LOOP
     IF NOT v_recover THEN LEAVE recovery_queues; END IF;

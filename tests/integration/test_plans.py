@@ -90,6 +90,21 @@ def test_batch_calls_read_per_item_not_per_key_on_a_new_database(young):
     assert all(n < 5_000 for n in most.values()), most
 
 
+def session_on(database, tenant, name: str, capacity: int = 100) -> str:
+    """A keyed session on the tenant's queue: its public id."""
+    [session], _ = database.call(
+        "worker_hello",
+        tenant.namespace_id,
+        tenant.application_id,
+        name,
+        capacity,
+        1,
+        json.dumps([tenant.queue_id]),
+        "0" * 64,
+    )
+    return session["session_id"]
+
+
 def disk_tables(conn) -> int:
     """Internal temporary tables this connection has made on disk so far."""
     with conn.cursor() as cur:
@@ -104,17 +119,7 @@ def test_a_batch_cycle_without_texts_makes_no_on_disk_temporary_table(young):
     always carry a payload; results here carry no text, the no-op handler's case."""
     database, tenant = young
     [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
-    [session], _ = database.call(
-        "worker_hello",
-        tenant.namespace_id,
-        tenant.application_id,
-        "disk",
-        10,
-        1,
-        json.dumps([tenant.queue_id]),
-        "0" * 64,
-    )
-    sid, ns = session["session_id"], tenant.namespace_id
+    sid, ns = session_on(database, tenant, "disk", 10), tenant.namespace_id
     conn = db.connect(database.dsn)
     made = {}
     try:
@@ -160,19 +165,6 @@ def test_the_sweeper_reads_per_item_not_per_history(young):
     ns = tenant.namespace_id
     conn = db.connect(database.dsn)
 
-    def hello(name: str) -> str:
-        [session], _ = database.call(
-            "worker_hello",
-            ns,
-            tenant.application_id,
-            name,
-            100,
-            1,
-            json.dumps([tenant.queue_id]),
-            "0" * 64,
-        )
-        return session["session_id"]
-
     def submit(n: int, **fields) -> None:
         for at in range(0, n, 100):
             items = [submit_item(queue["id"], **fields) for _ in range(min(100, n - at))]
@@ -190,7 +182,7 @@ def test_the_sweeper_reads_per_item_not_per_history(young):
         database.call("attempt_result_many", ns, session, json.dumps(items))
 
     try:
-        worker = hello("history")
+        worker = session_on(database, tenant, "history")
         submit(4000)
         while ids := claim(worker, 100):  # the history: 4,000 finished tasks and attempts
             database.call("attempt_start_many", ns, worker, json.dumps(ids))
@@ -198,12 +190,12 @@ def test_the_sweeper_reads_per_item_not_per_history(young):
         database.call("worker_goodbye", ns, worker)
         submit(180)
         # A session each, made as it claims: an idle open session would take a fair share.
-        leased = hello("leased")
+        leased = session_on(database, tenant, "leased")
         assert len(claim(leased, 60)) == 60
-        running = hello("running")
+        running = session_on(database, tenant, "running")
         started = claim(running, 60)
         database.call("attempt_start_many", ns, running, json.dumps(started))
-        retried = hello("retried")
+        retried = session_on(database, tenant, "retried")
         backed_off = claim(retried, 60)
         database.call("attempt_start_many", ns, retried, json.dumps(backed_off))
         report(retried, backed_off, "failed", 1)
@@ -247,21 +239,8 @@ def test_a_claim_and_its_probe_read_per_queue_not_per_history(young):
     ns = tenant.namespace_id
     conn = db.connect(database.dsn)
 
-    def hello(name: str) -> str:
-        [session], _ = database.call(
-            "worker_hello",
-            ns,
-            tenant.application_id,
-            name,
-            100,
-            1,
-            json.dumps([tenant.queue_id]),
-            "0" * 64,
-        )
-        return session["session_id"]
-
     try:
-        worker = hello("history")
+        worker = session_on(database, tenant, "history")
         for _ in range(15):  # the history: 1,500 finished tasks and attempts on the queue
             items = [submit_item(queue["id"]) for _ in range(100)]
             database.call("task_submit_many", ns, "t", json.dumps(items))
@@ -278,7 +257,7 @@ def test_a_claim_and_its_probe_read_per_queue_not_per_history(young):
         database.call("task_submit_many", ns, "t", json.dumps(two))
         [held] = database.call("worker_claim", ns, worker, 2)[:1]
         database.call("attempt_start_many", ns, worker, json.dumps([held[0]["attempt_id"]]))
-        waiting = hello("waiting")
+        waiting = session_on(database, tenant, "waiting")
         claim_reads, granted = call_reads(conn, "worker_claim", ns, waiting, 10)
         probe_reads, [ready] = call_reads(conn, "session_ready", ns, waiting)
         assert granted == [] and ready["ready"] == 0
