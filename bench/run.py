@@ -407,20 +407,9 @@ class Bench:
         # guard's and the probe's look for expired leases and due backoff (session 8).
         conn = db.connect(self.dsn)
         idle = self.hello(d, f"{name}-idle", 10, queue_public=public["public_id"])
-        before = handler_reads(conn)
-        with conn.cursor() as cur:
-            cur.execute("CALL worker_claim(%s, %s, 10)", (self.ns, idle))
-            assert not cur.fetchall()
-            while cur.nextset():
-                pass
-        claim_reads = handler_reads(conn) - before
-        before = handler_reads(conn)
-        with conn.cursor() as cur:
-            cur.execute("CALL session_ready(%s, %s)", (self.ns, idle))
-            cur.fetchall()
-            while cur.nextset():
-                pass
-        probe_reads = handler_reads(conn) - before
+        _, claim_reads, granted = counted_call(conn, "worker_claim", self.ns, idle, 10)
+        _, probe_reads, [ready] = counted_call(conn, "session_ready", self.ns, idle)
+        assert not granted and not ready["ready"], (granted, ready)
         d.call("worker_goodbye", self.ns, idle)
         sessions = []
         for n in range(0, expired, 100):
@@ -436,17 +425,11 @@ class Bench:
             f"WHERE s.public_id IN ({', '.join(['%s'] * len(sessions))})",
             sessions,
         )
-        recovered, reads, seconds = 0, 0, 0.0
+        recovered, reads, ms = 0, 0, 0.0
         while True:
-            before = handler_reads(conn)
-            started = time.perf_counter()
-            with conn.cursor() as cur:
-                cur.execute("CALL lease_sweep(500)")
-                [row] = cur.fetchall()
-                while cur.nextset():
-                    pass
-            seconds += time.perf_counter() - started
-            reads += handler_reads(conn) - before
+            spent, read, [row] = counted_call(conn, "lease_sweep", 500)
+            ms += spent
+            reads += read
             if not row["recovered"]:
                 break
             recovered += row["recovered"]
@@ -460,22 +443,14 @@ class Bench:
             "rows_read_per_lease": reads / recovered,
             "empty_claim_rows_read": claim_reads,
             "probe_rows_read": probe_reads,
-            "ms_per_lease": 1000 * seconds / recovered,
+            "ms_per_lease": ms / recovered,
         }
 
     def timed_claim(self, conn, d: Database, sid: str) -> tuple[float, int, list[dict]]:
         """A claim of one on ``conn`` (its own connection, for its handler counters): its
         milliseconds, the rows it read and what it granted, which is then started and
         finished through ``d``."""
-        before = handler_reads(conn)
-        started = time.perf_counter()
-        with conn.cursor() as cur:
-            cur.execute("CALL worker_claim(%s, %s, 1)", (self.ns, sid))
-            rows = list(cur.fetchall())
-            while cur.nextset():
-                pass
-        ms = (time.perf_counter() - started) * 1000
-        reads = handler_reads(conn) - before
+        ms, reads, rows = counted_call(conn, "worker_claim", self.ns, sid, 1)
         for row in rows:
             d.call("attempt_start", self.ns, sid, row["attempt_id"])
             d.call("attempt_result", self.ns, sid, row["attempt_id"], "succeeded", 0, None, None)
@@ -552,6 +527,20 @@ def handler_reads(conn) -> int:
     with conn.cursor() as cur:
         cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
         return sum(int(r["Value"]) for r in cur.fetchall())
+
+
+def counted_call(conn, procedure: str, *args) -> tuple[float, int, list[dict]]:
+    """CALL ``procedure`` on ``conn`` (a connection of its own, for its handler counters):
+    its milliseconds, the rows it read and its first result set."""
+    before = handler_reads(conn)
+    started = time.perf_counter()
+    with conn.cursor() as cur:
+        cur.execute(f"CALL {procedure}({', '.join(['%s'] * len(args))})", args)
+        rows = list(cur.fetchall())
+        while cur.nextset():
+            pass
+    ms = (time.perf_counter() - started) * 1000
+    return ms, handler_reads(conn) - before, rows
 
 
 def park(dsn: str, ns: int, app: int, queue: int, key: str, count: int) -> None:
