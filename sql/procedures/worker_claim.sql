@@ -87,12 +87,11 @@ BEGIN
   END IF;
   UPDATE worker_sessions SET last_seen_at = v_now WHERE id = v_session;
 
-  -- Recovery of expired leases on these queues (bounded; the sweeper does the rest).
-  -- Per queue of the session (ix_attempts_queue_lease, ix_tasks_queue_due), bounded; the
-  -- sweeper does the rest. The found row is re-checked under its lock by the helper.
-  -- Most claims find nothing to recover: one plain read over all the session's queues (the
-  -- probe's, session_recovery_due) says so, and the per-queue loops run only when it finds
-  -- something.
+  -- Recovery of expired leases and due backoff on these queues, per queue of the session
+  -- (ix_attempts_queue_lease, ix_tasks_queue_due) and bounded; the sweeper does the rest. The
+  -- found row is re-checked under its lock by the helper. Most claims find nothing to
+  -- recover: one plain read over all the session's queues (the probe's,
+  -- session_recovery_due) says so, and the per-queue loops run only when it finds something.
   SET v_recover = session_recovery_due(v_session, v_now);
   SET v_queue = 0;
   recovery_queues: LOOP
