@@ -51,15 +51,15 @@ BEGIN
 
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   -- Named anew when its columns change: a connection keeps the table it made.
-  CREATE TEMPORARY TABLE IF NOT EXISTS result_rows (
+  CREATE TEMPORARY TABLE IF NOT EXISTS result_rows_mem (
     seq INT NOT NULL PRIMARY KEY, attempt_id BIGINT UNSIGNED NOT NULL, task_id BIGINT UNSIGNED NOT NULL,
     queue_id BIGINT UNSIGNED NOT NULL, resource_id BIGINT UNSIGNED NOT NULL,
     token BIGINT UNSIGNED NOT NULL, fp CHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     state VARCHAR(10) NOT NULL, retryable TINYINT NOT NULL, started INT UNSIGNED NOT NULL,
     texts TINYINT NOT NULL DEFAULT 0,
     delay DOUBLE NOT NULL DEFAULT 0, next_task BIGINT UNSIGNED NOT NULL DEFAULT 0
-  ) ENGINE=InnoDB;
-  DELETE FROM result_rows;
+  ) ENGINE=MEMORY;
+  DELETE FROM result_rows_mem;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
@@ -79,7 +79,7 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     -- state: the attempt's new state; a retry whose attempts or deadline run out is FAILED
     -- below, once its backoff is drawn. started: the task's started attempts, this one too.
-    INSERT INTO result_rows (seq, attempt_id, task_id, queue_id, resource_id, token, fp, state,
+    INSERT INTO result_rows_mem (seq, attempt_id, task_id, queue_id, resource_id, token, fp, state,
                              retryable, started, texts)
     SELECT j.seq - 1, a.id, a.task_id, a.queue_id, COALESCE(r.id, 0), a.concurrency_token,
            SHA2(CONCAT(j.outcome, '|', j.retryable, '|', COALESCE(NULLIF(j.result, ''), 'null'),
@@ -116,18 +116,18 @@ BEGIN
   IF v_fast > 0 THEN
     -- Retries: attempt_result_one's backoff, exponential with jitter in [0.5, 1.0] of the
     -- capped delay; a retry that would start past the deadline, or has no attempt left, fails.
-    UPDATE result_rows f STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = f.queue_id
+    UPDATE result_rows_mem f STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = f.queue_id
        SET f.delay = LEAST(q.retry_backoff_max_seconds,
                            q.retry_backoff_seconds * POW(2, LEAST(f.started, 30) - 1)) * (0.5 + RAND() / 2)
      WHERE f.state = 'RETRY';
-    UPDATE result_rows f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+    UPDATE result_rows_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
        SET f.state = 'FAILED'
      WHERE f.state = 'RETRY'
        AND NOT (f.started < t.max_attempts
                 AND (t.deadline_at IS NULL
                      OR v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND < t.deadline_at));
     SELECT GROUP_CONCAT(seq), SUM(state <> 'RETRY'), SUM(texts) INTO v_fast_seqs, v_done, v_texts
-      FROM result_rows;
+      FROM result_rows_mem;
     -- Joins run from the group's rows (or the batch) to the tables (STRAIGHT_JOIN): the
     -- optimizer has no statistics for a temporary table and must not start from a large
     -- table. Two forms of one change, alike but for the texts: a multi-table UPDATE keeps the
@@ -136,7 +136,7 @@ BEGIN
     -- A batch without any text (no-op handlers, results of None) need not pay for them: a
     -- fifth of its call's time (bench/README.md, session 8).
     IF v_texts = 0 THEN
-      UPDATE result_rows f
+      UPDATE result_rows_mem f
         STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
         STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
          SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
@@ -151,7 +151,7 @@ BEGIN
       UPDATE JSON_TABLE(p_items, '$[*]' COLUMNS (
                seq FOR ORDINALITY,
                result MEDIUMTEXT PATH '$.result', error MEDIUMTEXT PATH '$.error')) j
-        STRAIGHT_JOIN result_rows f ON f.seq = j.seq - 1
+        STRAIGHT_JOIN result_rows_mem f ON f.seq = j.seq - 1
         STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
         STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
          SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
@@ -168,17 +168,17 @@ BEGIN
              t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
     END IF;
     UPDATE queues q
-      JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_rows
+      JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_rows_mem
              GROUP BY queue_id) c ON c.queue_id = q.id
        SET q.active_attempts = q.active_attempts - c.n, q.unfinished_tasks = q.unfinished_tasks - c.done;
     UPDATE worker_sessions SET in_flight = in_flight - v_fast WHERE id = v_session;
     UPDATE applications
        SET active_attempts = active_attempts - v_fast, unfinished_tasks = unfinished_tasks - v_done
      WHERE id = v_app;
-    UPDATE result_rows f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+    UPDATE result_rows_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET r.holder_attempt_id = NULL, r.version = r.version + 1, r.updated_at = v_now
      WHERE r.holder_attempt_id = f.attempt_id;
-    DELETE p FROM result_rows f STRAIGHT_JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = f.attempt_id;
+    DELETE p FROM result_rows_mem f STRAIGHT_JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = f.attempt_id;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
     SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0),
@@ -187,13 +187,13 @@ BEGIN
            CASE WHEN state = 'RETRY' THEN CONCAT('retry after ', ROUND(delay, 3), 's')
                 WHEN state = 'FAILED' AND retryable = 1 THEN 'attempts or deadline exhausted' END,
            v_now
-      FROM result_rows ORDER BY seq;
+      FROM result_rows_mem ORDER BY seq;
     -- Each freed key passes to its next parked task: key_promote_next for the group. The
     -- dependent subquery reads each key's parked rows in ix_tasks_key_lane order and stops at
     -- the first due row of an ACTIVE queue (the shape key_promote_next measured; a join would
     -- sort every parked row of the key). The rows are changed under the key rows' locks,
     -- taken above, and the application row's, which every lane change holds.
-    UPDATE result_rows f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+    UPDATE result_rows_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET f.next_task = COALESCE((
              SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
               WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
@@ -201,10 +201,10 @@ BEGIN
                 AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
               ORDER BY t.priority, t.id LIMIT 1), 0)
      WHERE f.resource_id > 0;
-    UPDATE result_rows f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task
+    UPDATE result_rows_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task
        SET t.lane = 'READY', t.updated_at = v_now
      WHERE f.next_task > 0 AND t.lane = 'BLOCKED';
-    UPDATE result_rows f
+    UPDATE result_rows_mem f
       STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task AND t.lane = 'READY'
       STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET r.candidate_task_id = t.id;
@@ -246,7 +246,7 @@ BEGIN
   SELECT x.seq, x.item_error, x.attempt_id, x.task_id, x.duplicate
     FROM (SELECT f.seq, NULL AS item_error, a.public_id AS attempt_id, t.public_id AS task_id,
                  0 AS duplicate
-            FROM result_rows f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+            FROM result_rows_mem f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
             STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
           UNION ALL
           SELECT j.seq, NULLIF(j.error, ''), j.attempt_id, t.public_id, j.duplicate

@@ -10,9 +10,11 @@
 -- has not expired, named once in the batch, is started set-based (attempt and task RUNNING,
 -- one STARTED history row each): a statement per step for the group instead of ~5 per item.
 -- Every other item goes through attempt_start_one in order behind its savepoint.
--- Locks: the items' attempts rows, then their tasks rows; then per remaining item those of
--- attempt_start_one. Deadlocks and lock-wait timeouts are not item errors: they roll back the
--- whole batch (outer handler) and the shell retries it.
+-- Locks: the items' attempts rows, then their tasks rows, in one locking read before the group
+-- is written, so a deadlock meets the batch while InnoDB may still pick it as the victim
+-- (sql/README.md, "Set-based paths"); then per remaining item those of attempt_start_one.
+-- Deadlocks and lock-wait timeouts are not item errors: they roll back the whole batch (outer
+-- handler) and the shell retries it.
 -- JSON_TABLE, JSON_ARRAYAGG and GET DIAGNOSTICS exist in MySQL 8.0 and MariaDB 10.6 alike.
 CREATE PROCEDURE attempt_start_many(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                     IN p_attempt_ids MEDIUMTEXT)
@@ -32,11 +34,11 @@ BEGIN
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
-  CREATE TEMPORARY TABLE IF NOT EXISTS start_fast (
+  CREATE TEMPORARY TABLE IF NOT EXISTS start_fast_mem (
     seq INT NOT NULL PRIMARY KEY, attempt_id BIGINT UNSIGNED NOT NULL,
     task_id BIGINT UNSIGNED NOT NULL, token BIGINT UNSIGNED NOT NULL
-  ) ENGINE=InnoDB;
-  DELETE FROM start_fast;
+  ) ENGINE=MEMORY;
+  DELETE FROM start_fast_mem;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
@@ -48,11 +50,12 @@ BEGIN
       FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
              id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) j
       STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.id AND a.namespace_id = p_namespace_id
+      STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id
        FOR UPDATE;
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
     -- the change it waited for.
     SET v_now = UTC_TIMESTAMP(6);
-    INSERT INTO start_fast (seq, attempt_id, task_id, token)
+    INSERT INTO start_fast_mem (seq, attempt_id, task_id, token)
     SELECT j.seq - 1, a.id, a.task_id, a.concurrency_token
       FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
              seq FOR ORDINALITY, id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) j
@@ -66,16 +69,16 @@ BEGIN
   END IF;
   IF v_fast > 0 THEN
     -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
-    UPDATE start_fast f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+    UPDATE start_fast_mem f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
       STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
        SET a.state = 'RUNNING', a.started_at = v_now, t.state = 'RUNNING', t.updated_at = v_now;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
     SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'STARTED', 'LEASED', 'RUNNING',
            CONCAT('session:', p_session_public_id), NULL, v_now
-      FROM start_fast ORDER BY seq;
+      FROM start_fast_mem ORDER BY seq;
     SELECT GROUP_CONCAT(seq), JSON_ARRAYAGG(JSON_OBJECT('seq', seq, 'id', attempt_id, 'error', ''))
-      INTO v_fast_seqs, v_out FROM start_fast;
+      INTO v_fast_seqs, v_out FROM start_fast_mem;
   END IF;
 
   SET v_n = JSON_LENGTH(p_attempt_ids);

@@ -51,19 +51,19 @@ BEGIN
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
-  CREATE TEMPORARY TABLE IF NOT EXISTS submit_fast (
+  CREATE TEMPORARY TABLE IF NOT EXISTS submit_fast_mem (
     seq INT NOT NULL PRIMARY KEY, public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     queue_id BIGINT UNSIGNED NOT NULL,
     concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     resource_id BIGINT UNSIGNED NOT NULL DEFAULT 0, lane VARCHAR(10) NOT NULL DEFAULT 'READY',
     task_id BIGINT UNSIGNED NOT NULL DEFAULT 0, KEY (public_id)
-  ) ENGINE=InnoDB;
-  CREATE TEMPORARY TABLE IF NOT EXISTS submit_first (
+  ) ENGINE=MEMORY;
+  CREATE TEMPORARY TABLE IF NOT EXISTS submit_first_mem (
     concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
     seq INT NOT NULL
-  ) ENGINE=InnoDB;
-  DELETE FROM submit_fast;
-  DELETE FROM submit_first;
+  ) ENGINE=MEMORY;
+  DELETE FROM submit_fast_mem;
+  DELETE FROM submit_first_mem;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
@@ -82,7 +82,7 @@ BEGIN
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
     -- the change it waited for.
     SET v_now = UTC_TIMESTAMP(6);
-    INSERT INTO submit_fast (seq, public_id, queue_id, concurrency_key)
+    INSERT INTO submit_fast_mem (seq, public_id, queue_id, concurrency_key)
     SELECT j.seq - 1, new_public_id(), q.id, j.concurrency_key
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY, queue BIGINT UNSIGNED PATH '$.queue',
@@ -101,12 +101,12 @@ BEGIN
     -- queue's tasks of one priority (FIFO), so no set-based item may overtake an earlier one.
     SELECT MIN(j.seq) - 1 INTO v_gap
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (seq FOR ORDINALITY)) j
-      LEFT JOIN submit_fast f ON f.seq = j.seq - 1
+      LEFT JOIN submit_fast_mem f ON f.seq = j.seq - 1
      WHERE f.seq IS NULL;
     IF v_gap IS NOT NULL THEN
-      DELETE FROM submit_fast WHERE seq > v_gap;
+      DELETE FROM submit_fast_mem WHERE seq > v_gap;
     END IF;
-    SELECT COUNT(*) INTO v_fast FROM submit_fast;
+    SELECT COUNT(*) INTO v_fast FROM submit_fast_mem;
   END IF;
   IF v_fast > 0 THEN
     -- key_lane for the group: each key's row (created on first use, never deleted, K7) is
@@ -114,19 +114,19 @@ BEGIN
     -- candidate and the queue is ACTIVE, else parked BLOCKED.
     -- A key named by several items: in item order, the first in an ACTIVE queue may become
     -- the candidate and every later one parks behind it, as one submission after another
-    -- would (submit_first: each key's first such item; MySQL cannot open submit_fast twice
+    -- would (submit_first_mem: each key's first such item; MySQL cannot open submit_fast_mem twice
     -- in one statement).
     INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
-    SELECT DISTINCT p_namespace_id, concurrency_key, v_now, v_now FROM submit_fast
+    SELECT DISTINCT p_namespace_id, concurrency_key, v_now, v_now FROM submit_fast_mem
      WHERE concurrency_key <> '' ORDER BY concurrency_key
         ON DUPLICATE KEY UPDATE updated_at = concurrency_resources.updated_at;
-    INSERT INTO submit_first (concurrency_key, seq)
-    SELECT f.concurrency_key, MIN(f.seq) FROM submit_fast f STRAIGHT_JOIN queues q ON q.id = f.queue_id
+    INSERT INTO submit_first_mem (concurrency_key, seq)
+    SELECT f.concurrency_key, MIN(f.seq) FROM submit_fast_mem f STRAIGHT_JOIN queues q ON q.id = f.queue_id
      WHERE f.concurrency_key <> '' AND q.state = 'ACTIVE' GROUP BY f.concurrency_key;
-    UPDATE submit_fast f
+    UPDATE submit_fast_mem f
       STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
         ON r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key
-      LEFT JOIN submit_first k ON k.concurrency_key = f.concurrency_key AND k.seq = f.seq
+      LEFT JOIN submit_first_mem k ON k.concurrency_key = f.concurrency_key AND k.seq = f.seq
        SET f.resource_id = r.id,
            f.lane = IF(r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL AND k.seq IS NOT NULL,
                        'READY', 'BLOCKED')
@@ -152,35 +152,35 @@ BEGIN
              priority TINYINT UNSIGNED PATH '$.priority',
              max_attempts INT UNSIGNED PATH '$.max_attempts',
              deadline_seconds INT UNSIGNED PATH '$.deadline_seconds')) j
-      STRAIGHT_JOIN submit_fast f FORCE INDEX (PRIMARY) ON f.seq = j.seq - 1
+      STRAIGHT_JOIN submit_fast_mem f FORCE INDEX (PRIMARY) ON f.seq = j.seq - 1
       STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = f.queue_id
      -- Sorted by the first table's column, every join by key: ordering by the group's column,
      -- or a join buffer (a namespace of few queues scanned them), made MariaDB sort the joined
      -- rows, payload text and all, in an on-disk temporary table (0.4 ms of a batch of 10).
      ORDER BY j.seq;
     -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
-    UPDATE submit_fast f STRAIGHT_JOIN tasks t FORCE INDEX (uq_tasks_public_id) ON t.public_id = f.public_id SET f.task_id = t.id;
+    UPDATE submit_fast_mem f STRAIGHT_JOIN tasks t FORCE INDEX (uq_tasks_public_id) ON t.public_id = f.public_id SET f.task_id = t.id;
     INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, task_id, created_at)
     SELECT p_namespace_id, j.idempotency_key, j.fingerprint, f.task_id, v_now
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY,
              idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key',
              fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin PATH '$.fingerprint')) j
-      STRAIGHT_JOIN submit_fast f ON f.seq = j.seq - 1;
-    UPDATE submit_fast f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+      STRAIGHT_JOIN submit_fast_mem f ON f.seq = j.seq - 1;
+    UPDATE submit_fast_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        SET r.candidate_task_id = f.task_id WHERE f.lane = 'READY';
     UPDATE applications SET unfinished_tasks = unfinished_tasks + v_fast WHERE id = v_app;
     UPDATE queues q
-      JOIN (SELECT queue_id, COUNT(*) AS n FROM submit_fast GROUP BY queue_id) c ON c.queue_id = q.id
+      JOIN (SELECT queue_id, COUNT(*) AS n FROM submit_fast_mem GROUP BY queue_id) c ON c.queue_id = q.id
        SET q.unfinished_tasks = q.unfinished_tasks + c.n;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
     SELECT task_id, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'WAITING', p_actor,
            CONCAT('lane=', lane), v_now
-      FROM submit_fast ORDER BY seq;
+      FROM submit_fast_mem ORDER BY seq;
     SELECT GROUP_CONCAT(seq),
            JSON_ARRAYAGG(JSON_OBJECT('seq', seq, 'task', task_id, 'created', 1, 'error', ''))
-      INTO v_fast_seqs, v_out FROM submit_fast;
+      INTO v_fast_seqs, v_out FROM submit_fast_mem;
   END IF;
 
   batch_items: WHILE v_i < v_n DO

@@ -59,14 +59,14 @@ BEGIN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: worker session not found';
   END IF;
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
-  CREATE TEMPORARY TABLE IF NOT EXISTS claim_candidates (
+  CREATE TEMPORARY TABLE IF NOT EXISTS claim_candidates_mem (
     task_id BIGINT UNSIGNED NOT NULL PRIMARY KEY, priority TINYINT UNSIGNED NOT NULL,
     take TINYINT NOT NULL DEFAULT 0, queue_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
     resource_id BIGINT UNSIGNED NOT NULL DEFAULT 0, token BIGINT UNSIGNED NOT NULL DEFAULT 0,
     attempt_number INT UNSIGNED NOT NULL DEFAULT 0, attempt_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
     expires_at DATETIME(6) NULL
-  ) ENGINE=InnoDB;
-  DELETE FROM claim_candidates;
+  ) ENGINE=MEMORY;
+  DELETE FROM claim_candidates_mem;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
@@ -150,13 +150,13 @@ BEGIN
       -- A session without concurrency_keys reads the unkeyed rows' own range: through
       -- ix_tasks_claim it would read every READY keyed row ahead of them (migration 000007).
       IF v_keys = 1 THEN
-        INSERT INTO claim_candidates (task_id, priority)
+        INSERT INTO claim_candidates_mem (task_id, priority)
         SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_claim)
          WHERE queue_id = v_queue AND lane = 'READY'
          ORDER BY priority, id LIMIT v_want
            FOR UPDATE SKIP LOCKED;
       ELSE
-        INSERT INTO claim_candidates (task_id, priority)
+        INSERT INTO claim_candidates_mem (task_id, priority)
         SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
          WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key = ''
          ORDER BY priority, id LIMIT v_want
@@ -194,14 +194,14 @@ BEGIN
       -- statement per step instead of ~12 per grant, with attempt_grant's effects. Otherwise
       -- the loop below grants one by one, skipping what attempt_grant refuses. A single grant
       -- always takes the loop: the set-based steps cost more than one attempt_grant.
-      UPDATE claim_candidates SET take = 1 ORDER BY priority, task_id LIMIT v_take;
+      UPDATE claim_candidates_mem SET take = 1 ORDER BY priority, task_id LIMIT v_take;
       -- STRAIGHT_JOIN: from the candidates to their rows, never from a key to its (parked) tasks.
       SELECT COUNT(*) INTO v_ignored
-        FROM claim_candidates c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+        FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
         STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
        WHERE c.take = 1 AND t.concurrency_key <> ''
          FOR UPDATE;
-      UPDATE claim_candidates c
+      UPDATE claim_candidates_mem c
         STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
         STRAIGHT_JOIN queues q ON q.id = t.queue_id
         LEFT JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
@@ -214,7 +214,7 @@ BEGIN
                                t.deadline_at, v_now + INTERVAL q.lease_seconds SECOND)
        WHERE c.take = 1;
       SELECT COUNT(*) INTO v_bad
-        FROM claim_candidates c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+        FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
         LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
        WHERE c.take = 1
          AND (t.lane <> 'READY' OR t.deadline_at <= v_now
@@ -222,7 +222,7 @@ BEGIN
                                                OR NOT (r.candidate_task_id <=> t.id) OR c.token = 0)));
       IF v_bad = 0 THEN
         SELECT COUNT(*) INTO v_bad
-          FROM (SELECT queue_id, COUNT(*) AS n FROM claim_candidates WHERE take = 1 GROUP BY queue_id) c
+          FROM (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c
           JOIN queues q ON q.id = c.queue_id
          WHERE q.max_concurrency IS NOT NULL AND q.active_attempts + c.n > q.max_concurrency;
       END IF;
@@ -233,39 +233,39 @@ BEGIN
                             lease_expires_at, created_at)
       SELECT new_public_id(), t.id, t.namespace_id, t.application_id, t.queue_id, v_session,
              c.attempt_number, c.token, 'LEASED', c.expires_at, v_now
-        FROM claim_candidates c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+        FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.take = 1 ORDER BY c.priority, c.task_id;
-      UPDATE claim_candidates c
+      UPDATE claim_candidates_mem c
         STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_number) ON a.task_id = c.task_id AND a.attempt_number = c.attempt_number
          SET c.attempt_id = a.id WHERE c.take = 1;
       INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
-      SELECT attempt_id, 'QUEUE', queue_id, NULL, expires_at, v_now FROM claim_candidates
+      SELECT attempt_id, 'QUEUE', queue_id, NULL, expires_at, v_now FROM claim_candidates_mem
        WHERE take = 1;
       -- Two statements: MySQL cannot open one temporary table twice in a query.
       INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
-      SELECT attempt_id, 'KEY', resource_id, resource_id, expires_at, v_now FROM claim_candidates
+      SELECT attempt_id, 'KEY', resource_id, resource_id, expires_at, v_now FROM claim_candidates_mem
        WHERE take = 1 AND resource_id > 0;
-      UPDATE claim_candidates c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
+      UPDATE claim_candidates_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
          SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,
              r.candidate_task_id = NULL, r.updated_at = v_now;
-      UPDATE claim_candidates c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
+      UPDATE claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
          SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
       UPDATE queues q
-        JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_candidates WHERE take = 1 GROUP BY queue_id) c
+        JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c
           ON c.queue_id = q.id
          SET q.active_attempts = q.active_attempts + c.n;
       INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                                 from_state, to_state, actor, details, created_at)
       SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'CLAIMED', 'WAITING', 'LEASED',
              v_actor, NULL, v_now
-        FROM claim_candidates WHERE take = 1 ORDER BY attempt_id;
+        FROM claim_candidates_mem WHERE take = 1 ORDER BY attempt_id;
       SELECT COUNT(*), MIN(attempt_id) INTO v_granted, v_first_attempt
-        FROM claim_candidates WHERE take = 1;
+        FROM claim_candidates_mem WHERE take = 1;
     ELSE
     grants: BEGIN
       DECLARE v_done TINYINT DEFAULT 0;
-      DECLARE c_grant CURSOR FOR SELECT task_id FROM claim_candidates ORDER BY priority, task_id;
+      DECLARE c_grant CURSOR FOR SELECT task_id FROM claim_candidates_mem ORDER BY priority, task_id;
       DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
       OPEN c_grant;
       grant_loop: LOOP
