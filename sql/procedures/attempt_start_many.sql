@@ -82,7 +82,7 @@ BEGIN
   END IF;
 
   SET v_n = JSON_LENGTH(p_attempt_ids);
-  batch_items: WHILE v_i < v_n DO
+  batch_items: WHILE v_i < v_n AND v_fast < v_n DO  -- nothing left when the group holds every item
     IF v_fast > 0 AND FIND_IN_SET(v_i, v_fast_seqs) > 0 THEN
       SET v_i = v_i + 1;
       ITERATE batch_items;

@@ -43,6 +43,7 @@ BEGIN
   DECLARE v_app_max INT UNSIGNED;
   DECLARE v_app_unfinished INT UNSIGNED;
   DECLARE v_fast INT DEFAULT 0;
+  DECLARE v_keyed INT DEFAULT 0;
   DECLARE v_fast_seqs TEXT DEFAULT '';
   DECLARE v_ignored BIGINT;
   DECLARE v_gap INT;
@@ -106,31 +107,33 @@ BEGIN
     IF v_gap IS NOT NULL THEN
       DELETE FROM submit_fast_mem WHERE seq > v_gap;
     END IF;
-    SELECT COUNT(*) INTO v_fast FROM submit_fast_mem;
+    SELECT COUNT(*), COALESCE(SUM(concurrency_key <> ''), 0) INTO v_fast, v_keyed FROM submit_fast_mem;
   END IF;
   IF v_fast > 0 THEN
-    -- key_lane for the group: each key's row (created on first use, never deleted, K7) is
-    -- locked; a task is READY (and its key's candidate) when the key has no holder and no
-    -- candidate and the queue is ACTIVE, else parked BLOCKED.
-    -- A key named by several items: in item order, the first in an ACTIVE queue may become
-    -- the candidate and every later one parks behind it, as one submission after another
-    -- would (submit_first_mem: each key's first such item; MySQL cannot open submit_fast_mem twice
-    -- in one statement).
-    INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
-    SELECT DISTINCT p_namespace_id, concurrency_key, v_now, v_now FROM submit_fast_mem
-     WHERE concurrency_key <> '' ORDER BY concurrency_key
-        ON DUPLICATE KEY UPDATE updated_at = concurrency_resources.updated_at;
-    INSERT INTO submit_first_mem (concurrency_key, seq)
-    SELECT f.concurrency_key, MIN(f.seq) FROM submit_fast_mem f STRAIGHT_JOIN queues q ON q.id = f.queue_id
-     WHERE f.concurrency_key <> '' AND q.state = 'ACTIVE' GROUP BY f.concurrency_key;
-    UPDATE submit_fast_mem f
-      STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
-        ON r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key
-      LEFT JOIN submit_first_mem k ON k.concurrency_key = f.concurrency_key AND k.seq = f.seq
-       SET f.resource_id = r.id,
-           f.lane = IF(r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL AND k.seq IS NOT NULL,
-                       'READY', 'BLOCKED')
-     WHERE f.concurrency_key <> '';
+    IF v_keyed > 0 THEN
+      -- key_lane for the group: each key's row (created on first use, never deleted, K7) is
+      -- locked; a task is READY (and its key's candidate) when the key has no holder and no
+      -- candidate and the queue is ACTIVE, else parked BLOCKED.
+      -- A key named by several items: in item order, the first in an ACTIVE queue may become
+      -- the candidate and every later one parks behind it, as one submission after another
+      -- would (submit_first_mem: each key's first such item; MySQL cannot open submit_fast_mem twice
+      -- in one statement).
+      INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
+      SELECT DISTINCT p_namespace_id, concurrency_key, v_now, v_now FROM submit_fast_mem
+       WHERE concurrency_key <> '' ORDER BY concurrency_key
+          ON DUPLICATE KEY UPDATE updated_at = concurrency_resources.updated_at;
+      INSERT INTO submit_first_mem (concurrency_key, seq)
+      SELECT f.concurrency_key, MIN(f.seq) FROM submit_fast_mem f STRAIGHT_JOIN queues q ON q.id = f.queue_id
+       WHERE f.concurrency_key <> '' AND q.state = 'ACTIVE' GROUP BY f.concurrency_key;
+      UPDATE submit_fast_mem f
+        STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
+          ON r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key
+        LEFT JOIN submit_first_mem k ON k.concurrency_key = f.concurrency_key AND k.seq = f.seq
+         SET f.resource_id = r.id,
+             f.lane = IF(r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL AND k.seq IS NOT NULL,
+                         'READY', 'BLOCKED')
+       WHERE f.concurrency_key <> '';
+    END IF;
     INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, idempotency_key,
                        handler, handler_version, payload_version, payload, business_key,
                        concurrency_key, priority, state, lane, max_attempts, available_at,
@@ -167,8 +170,10 @@ BEGIN
              idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key',
              fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin PATH '$.fingerprint')) j
       STRAIGHT_JOIN submit_fast_mem f ON f.seq = j.seq - 1;
-    UPDATE submit_fast_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
-       SET r.candidate_task_id = f.task_id WHERE f.lane = 'READY';
+    IF v_keyed > 0 THEN
+      UPDATE submit_fast_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+         SET r.candidate_task_id = f.task_id WHERE f.lane = 'READY';
+    END IF;
     UPDATE applications SET unfinished_tasks = unfinished_tasks + v_fast WHERE id = v_app;
     UPDATE queues q
       JOIN (SELECT queue_id, COUNT(*) AS n FROM submit_fast_mem GROUP BY queue_id) c ON c.queue_id = q.id
@@ -183,7 +188,7 @@ BEGIN
       INTO v_fast_seqs, v_out FROM submit_fast_mem;
   END IF;
 
-  batch_items: WHILE v_i < v_n DO
+  batch_items: WHILE v_i < v_n AND v_fast < v_n DO  -- nothing left when the group holds every item
     IF v_fast > 0 AND FIND_IN_SET(v_i, v_fast_seqs) > 0 THEN
       SET v_i = v_i + 1;
       ITERATE batch_items;

@@ -46,7 +46,10 @@ BEGIN
   DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_now DATETIME(6);
   DECLARE v_actor VARCHAR(200);
-  DECLARE v_ignored BIGINT;
+  DECLARE v_queues INT DEFAULT 0;
+  DECLARE v_limited INT DEFAULT 0;
+  DECLARE v_keyed INT DEFAULT 0;
+  DECLARE v_drop INT DEFAULT 0;
   DECLARE v_take INT DEFAULT 0;
   DECLARE v_bad INT DEFAULT 1;
   DECLARE v_lane VARCHAR(10);
@@ -61,7 +64,7 @@ BEGIN
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   CREATE TEMPORARY TABLE IF NOT EXISTS claim_candidates_mem (
     task_id BIGINT UNSIGNED NOT NULL PRIMARY KEY, priority TINYINT UNSIGNED NOT NULL,
-    take TINYINT NOT NULL DEFAULT 0, queue_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    take TINYINT NOT NULL, queue_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
     resource_id BIGINT UNSIGNED NOT NULL DEFAULT 0, token BIGINT UNSIGNED NOT NULL DEFAULT 0,
     attempt_number INT UNSIGNED NOT NULL DEFAULT 0, attempt_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
     expires_at DATETIME(6) NULL
@@ -70,14 +73,16 @@ BEGIN
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  SELECT max_active_attempts INTO v_app_max FROM applications WHERE id = v_app FOR UPDATE;
+  SELECT max_active_attempts, active_attempts INTO v_app_max, v_app_active
+    FROM applications WHERE id = v_app FOR UPDATE;
   -- The clock is read after the first lock: a call that waited must not stamp times
   -- earlier than the change it waited for.
   SET v_now = UTC_TIMESTAMP(6);
   -- No ORDER BY: an aggregate ignores it (MariaDB drops it from the plan; MySQL 8's
   -- ONLY_FULL_GROUP_BY refuses it). The plan walks the session's queues in id order, and the
   -- application row above already keeps these rows' lockers apart (sql/README.md, lock order).
-  SELECT COUNT(*) INTO v_ignored FROM queues
+  -- The counts spare statements below: a second queue to walk, a queue permit limit to check.
+  SELECT COUNT(*), COUNT(max_concurrency) INTO v_queues, v_limited FROM queues
    WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
    FOR UPDATE;
   SELECT state, capacity, in_flight, concurrency_keys INTO v_state, v_capacity, v_in_flight, v_keys
@@ -85,7 +90,6 @@ BEGIN
   IF v_state <> 'OPEN' THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: worker session is closed; say hello again';
   END IF;
-  UPDATE worker_sessions SET last_seen_at = v_now WHERE id = v_session;
 
   -- Recovery of expired leases and due backoff on these queues, per queue of the session
   -- (ix_attempts_queue_lease, ix_tasks_queue_due) and bounded; the sweeper does the rest. The
@@ -132,8 +136,9 @@ BEGIN
   -- permit it replaces ended.
   SET v_now = UTC_TIMESTAMP(6);
 
-  IF v_recover THEN  -- a recovered attempt of this session freed room
+  IF v_recover THEN  -- a recovered attempt freed room in this session and the application
     SELECT in_flight INTO v_in_flight FROM worker_sessions WHERE id = v_session;
+    SELECT active_attempts INTO v_app_active FROM applications WHERE id = v_app;
   END IF;
   SET v_want = LEAST(p_max, GREATEST(CAST(v_capacity AS SIGNED) - CAST(v_in_flight AS SIGNED), 0));
 
@@ -150,19 +155,20 @@ BEGIN
       -- A session without concurrency_keys reads the unkeyed rows' own range: through
       -- ix_tasks_claim it would read every READY keyed row ahead of them (migration 000007).
       IF v_keys = 1 THEN
-        INSERT INTO claim_candidates_mem (task_id, priority)
-        SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_claim)
+        INSERT INTO claim_candidates_mem (task_id, priority, take)
+        SELECT id, priority, 1 FROM tasks FORCE INDEX (ix_tasks_claim)
          WHERE queue_id = v_queue AND lane = 'READY'
          ORDER BY priority, id LIMIT v_want
            FOR UPDATE SKIP LOCKED;
       ELSE
-        INSERT INTO claim_candidates_mem (task_id, priority)
-        SELECT id, priority FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
+        INSERT INTO claim_candidates_mem (task_id, priority, take)
+        SELECT id, priority, 1 FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
          WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key = ''
          ORDER BY priority, id LIMIT v_want
            FOR UPDATE SKIP LOCKED;
       END IF;
       SET v_found = v_found + ROW_COUNT();
+      IF v_queues = 1 THEN LEAVE queue_loop; END IF;
     END LOOP;
 
     -- The fair share can only split a burst of more than one, for a claim of more than one.
@@ -183,8 +189,8 @@ BEGIN
     END IF;
 
     -- Grant in (priority, id) order across the queues. The application row is locked by this
-    -- claim, so its active count read once plus this call's grants is exact.
-    SELECT active_attempts INTO v_app_active FROM applications WHERE id = v_app;
+    -- claim, so its active count read under that lock (again after a recovery) plus this
+    -- call's grants is exact.
     SET v_take = LEAST(v_cap, IF(v_app_max IS NULL, v_cap,
                                  GREATEST(CAST(v_app_max AS SIGNED) - CAST(v_app_active AS SIGNED), 0)));
     IF v_take > 1 THEN
@@ -194,9 +200,14 @@ BEGIN
       -- statement per step instead of ~12 per grant, with attempt_grant's effects. Otherwise
       -- the loop below grants one by one, skipping what attempt_grant refuses. A single grant
       -- always takes the loop: the set-based steps cost more than one attempt_grant.
-      UPDATE claim_candidates_mem SET take = 1 ORDER BY priority, task_id LIMIT v_take;
+      -- Every candidate was inserted taken; the last ones beyond v_take are put back.
+      IF v_take < v_found THEN
+        SET v_drop = v_found - v_take;
+        UPDATE claim_candidates_mem SET take = 0 ORDER BY priority DESC, task_id DESC LIMIT v_drop;
+      END IF;
       -- STRAIGHT_JOIN: from the candidates to their rows, never from a key to its (parked) tasks.
-      SELECT COUNT(*) INTO v_ignored
+      -- The count is of keyed candidates: none, and the key rows are not written below.
+      SELECT COUNT(*) INTO v_keyed
         FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
         STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
        WHERE c.take = 1 AND t.concurrency_key <> ''
@@ -220,7 +231,7 @@ BEGIN
          AND (t.lane <> 'READY' OR t.deadline_at <= v_now
               OR (t.concurrency_key <> '' AND (r.id IS NULL OR r.holder_attempt_id IS NOT NULL
                                                OR NOT (r.candidate_task_id <=> t.id) OR c.token = 0)));
-      IF v_bad = 0 THEN
+      IF v_bad = 0 AND v_limited > 0 THEN
         SELECT COUNT(*) INTO v_bad
           FROM (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c
           JOIN queues q ON q.id = c.queue_id
@@ -238,16 +249,20 @@ BEGIN
       UPDATE claim_candidates_mem c
         STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_number) ON a.task_id = c.task_id AND a.attempt_number = c.attempt_number
          SET c.attempt_id = a.id WHERE c.take = 1;
+      -- A queue permit for each grant and a key permit for each keyed one, in one statement:
+      -- MySQL cannot open one temporary table twice in a query, so the kinds are a derived row
+      -- pair joined to the group.
       INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
-      SELECT attempt_id, 'QUEUE', queue_id, NULL, expires_at, v_now FROM claim_candidates_mem
-       WHERE take = 1;
-      -- Two statements: MySQL cannot open one temporary table twice in a query.
-      INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
-      SELECT attempt_id, 'KEY', resource_id, resource_id, expires_at, v_now FROM claim_candidates_mem
-       WHERE take = 1 AND resource_id > 0;
-      UPDATE claim_candidates_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
-         SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,
-             r.candidate_task_id = NULL, r.updated_at = v_now;
+      SELECT c.attempt_id, k.kind, IF(k.kind = 'KEY', c.resource_id, c.queue_id),
+             IF(k.kind = 'KEY', c.resource_id, NULL), c.expires_at, v_now
+        FROM claim_candidates_mem c
+        STRAIGHT_JOIN (SELECT 'QUEUE' AS kind UNION ALL SELECT 'KEY') k
+       WHERE c.take = 1 AND (k.kind = 'QUEUE' OR c.resource_id > 0);
+      IF v_keyed > 0 THEN
+        UPDATE claim_candidates_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
+           SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,
+               r.candidate_task_id = NULL, r.updated_at = v_now;
+      END IF;
       UPDATE claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
          SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
@@ -286,9 +301,11 @@ BEGIN
     END IF;
     IF v_granted > 0 THEN
       UPDATE applications SET active_attempts = active_attempts + v_granted WHERE id = v_app;
-      UPDATE worker_sessions SET in_flight = in_flight + v_granted WHERE id = v_session;
     END IF;
   END IF;
+  -- Seen now, with what it holds: one write of the session row, at the end (nothing in this
+  -- transaction reads the session's own last_seen_at).
+  UPDATE worker_sessions SET last_seen_at = v_now, in_flight = in_flight + v_granted WHERE id = v_session;
   COMMIT;
   CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615));
 END

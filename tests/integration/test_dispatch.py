@@ -726,12 +726,17 @@ def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, databa
 # Quotas at claim (K5) ------------------------------------------------------------------------
 
 
-def test_k5_application_quota_counts_each_attempt_once(eng, database, orbit_dsn, monkeypatch):
+def _quota(orbit_dsn, monkeypatch, application: str, active: int) -> None:
+    """The application quota (K5), set the way an operator sets it."""
     from orbit_shell.cli.admin import main as admin
 
     monkeypatch.setenv("ORBIT_MYSQL_DSN", orbit_dsn)
-    args = ["set-quota", "--application", eng.t.application, "--max-active-attempts", "2"]
+    args = ["set-quota", "--application", application, "--max-active-attempts", str(active)]
     assert admin(args) == 0
+
+
+def test_k5_application_quota_counts_each_attempt_once(eng, database, orbit_dsn, monkeypatch):
+    _quota(orbit_dsn, monkeypatch, eng.t.application, 2)
     eng.submit("quota/a")  # keyed: two permit records, counted once by the application
     eng.submit("quota/b")
     eng.submit()
@@ -745,6 +750,27 @@ def test_k5_application_quota_counts_each_attempt_once(eng, database, orbit_dsn,
     assert eng.claim(session, 10) == []
     eng.start(session, granted[0]["attempt_id"])
     eng.result(session, granted[0]["attempt_id"])
+    assert len(eng.claim(session, 10)) == 1
+
+
+def test_k5_a_claim_cut_short_by_the_quota_grants_its_best_candidates(eng, orbit_dsn, monkeypatch):
+    """Fewer grants than candidates (W2 priority): the set-based grant keeps the best ones."""
+    _quota(orbit_dsn, monkeypatch, eng.t.application, 2)
+    low, high, middle = (eng.submit("", priority=p) for p in (9, 0, 5))
+    session, _ = eng.hello(capacity=10)
+    assert [a["task_id"] for a in eng.claim(session, 10)] == [high, middle]  # not low
+
+
+def test_k5_a_claim_that_recovers_a_lease_under_the_quota_grants_in_its_room(
+    eng, orbit_dsn, monkeypatch
+):
+    """A recovery inside the claim frees an application permit: the same claim may use it."""
+    _quota(orbit_dsn, monkeypatch, eng.t.application, 2)
+    for _ in range(3):
+        eng.submit()
+    session, _ = eng.hello(capacity=10)
+    first, _second = eng.claim(session, 10)
+    eng.expire(first["attempt_id"])  # stalled before start: recovered by the next claim
     assert len(eng.claim(session, 10)) == 1
 
 
