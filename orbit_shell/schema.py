@@ -24,6 +24,9 @@ from . import db
 SQL_DIR = Path(os.environ.get("ORBIT_SQL_DIR", Path(__file__).resolve().parent.parent / "sql"))
 MIGRATIONS_DIR = SQL_DIR / "migrations"
 PROCEDURES_DIR = SQL_DIR / "procedures"
+# Routines an earlier version installed and this one does not: dropped on install, or an
+# upgraded database would keep them. session_recovery_due became a procedure (session 9).
+RETIRED_ROUTINES = (("FUNCTION", "session_recovery_due"),)
 ROUTINE_RE = re.compile(r"^\s*CREATE\s+(PROCEDURE|FUNCTION)\s+`?(\w+)`?", re.I | re.M)
 
 
@@ -120,6 +123,8 @@ def install_routines(dsn: str) -> int:
     conn = db.connect(dsn)
     try:
         with conn.cursor() as cur:
+            for kind, name in RETIRED_ROUTINES:
+                cur.execute(f"DROP {kind} IF EXISTS `{name}`")
             for routine in routines():
                 cur.execute(f"DROP {routine.kind} IF EXISTS `{routine.name}`")
                 cur.execute(routine.body)

@@ -12,7 +12,9 @@
 --   follows answers with its error.
 -- Indexes: ix_tasks_claim (ix_tasks_queue_lane_key without concurrency_keys), ix_tasks_queue_due,
 --   ix_attempts_queue_lease, each from the session's queues (worker_session_queues' primary key).
--- Locks: none (read-only, no transaction).
+-- Locks: none (read-only, no transaction). Every read is a SELECT ... INTO: InnoDB takes
+--   shared locks on what a SET reads, and a probe that waited on a start or a claim in flight
+--   would stall the worker it serves (tests/integration/test_locking_reads.py).
 CREATE PROCEDURE session_ready(IN p_namespace_id BIGINT UNSIGNED,
                                IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin)
   READS SQL DATA SQL SECURITY DEFINER
@@ -33,20 +35,23 @@ BEGIN
     -- Recovery first, as in the claim, which recovers whether or not the session has room.
     -- Without concurrency_keys only the unkeyed rows' range is read, as in the claim.
     IF v_free > 0 AND v_keys = 1 THEN
-      SET v_ready = EXISTS (SELECT 1 FROM worker_session_queues wq
-                             STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = wq.queue_id
-                             STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_claim)
-                               ON t.queue_id = wq.queue_id AND t.lane = 'READY'
-                            WHERE wq.session_id = v_session AND q.state = 'ACTIVE');
+      SELECT EXISTS (SELECT 1 FROM worker_session_queues wq
+                      STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = wq.queue_id
+                      STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_claim)
+                        ON t.queue_id = wq.queue_id AND t.lane = 'READY'
+                     WHERE wq.session_id = v_session AND q.state = 'ACTIVE') INTO v_ready;
     ELSEIF v_free > 0 THEN
-      SET v_ready = EXISTS (SELECT 1 FROM worker_session_queues wq
-                             STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = wq.queue_id
-                             STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_queue_lane_key)
-                               ON t.queue_id = wq.queue_id AND t.lane = 'READY'
-                              AND t.concurrency_key = ''
-                            WHERE wq.session_id = v_session AND q.state = 'ACTIVE');
+      SELECT EXISTS (SELECT 1 FROM worker_session_queues wq
+                      STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = wq.queue_id
+                      STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_queue_lane_key)
+                        ON t.queue_id = wq.queue_id AND t.lane = 'READY'
+                       AND t.concurrency_key = ''
+                     WHERE wq.session_id = v_session AND q.state = 'ACTIVE') INTO v_ready;
     END IF;
     -- What the claim recovers, room or not: its own guard's read.
-    SELECT v_ready OR session_recovery_due(v_session, v_now) AS ready;
+    IF NOT v_ready THEN
+      CALL session_recovery_due(v_session, v_now, v_ready);
+    END IF;
+    SELECT v_ready AS ready;
   END IF;
 END

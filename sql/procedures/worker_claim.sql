@@ -96,7 +96,7 @@ BEGIN
   -- found row is re-checked under its lock by the helper. Most claims find nothing to
   -- recover: one plain read over all the session's queues (the probe's,
   -- session_recovery_due) says so, and the per-queue loops run only when it finds something.
-  SET v_recover = session_recovery_due(v_session, v_now);
+  CALL session_recovery_due(v_session, v_now, v_recover);
   SET v_queue = 0;
   recovery_queues: LOOP
     IF NOT v_recover THEN LEAVE recovery_queues; END IF;
