@@ -172,11 +172,16 @@ class Engine:
             )
 
     def _backdate(self, sql: str, public_id: str) -> None:
+        self.force(sql, public_id)
+
+    def force(self, sql: str, *args) -> None:
+        """Test setup written straight to a table: a clock moved, or a state the procedures
+        would not make, to see that they refuse it."""
         from orbit_shell import db
 
         conn = db.connect(self.db.dsn)
         try:
             with conn.cursor() as cur:
-                cur.execute(sql, (public_id,))
+                cur.execute(sql, args)
         finally:
             conn.close()

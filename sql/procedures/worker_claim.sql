@@ -49,7 +49,9 @@ BEGIN
   DECLARE v_queues INT DEFAULT 0;
   DECLARE v_limited INT DEFAULT 0;
   DECLARE v_keyed INT DEFAULT 0;
+  DECLARE v_ignored BIGINT;
   DECLARE v_drop INT DEFAULT 0;
+  DECLARE v_lease INT UNSIGNED;
   DECLARE v_take INT DEFAULT 0;
   DECLARE v_bad INT DEFAULT 1;
   DECLARE v_lane VARCHAR(10);
@@ -64,10 +66,11 @@ BEGIN
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   CREATE TEMPORARY TABLE IF NOT EXISTS claim_candidates_mem (
     task_id BIGINT UNSIGNED NOT NULL PRIMARY KEY, priority TINYINT UNSIGNED NOT NULL,
-    take TINYINT NOT NULL, queue_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    take TINYINT NOT NULL, queue_id BIGINT UNSIGNED NOT NULL,
+    keyed TINYINT NOT NULL, late TINYINT NOT NULL,
     resource_id BIGINT UNSIGNED NOT NULL DEFAULT 0, token BIGINT UNSIGNED NOT NULL DEFAULT 0,
-    attempt_number INT UNSIGNED NOT NULL DEFAULT 0, attempt_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
-    expires_at DATETIME(6) NULL
+    attempt_number INT UNSIGNED NOT NULL, attempt_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    expires_at DATETIME(6) NOT NULL
   ) ENGINE=MEMORY;
   DELETE FROM claim_candidates_mem;
 
@@ -144,25 +147,37 @@ BEGIN
 
   IF v_want > 0 THEN
     -- Candidates: the best v_want READY rows of each ACTIVE queue of the session. One bounded
-    -- index range per queue, so the work is (queues x want), never the backlog.
+    -- index range per queue, so the work is (queues x want), never the backlog. Each row is
+    -- read under its lock (the latest version, READY), so what a grant needs from it is taken
+    -- here: its attempt number, its lease's end (the queue's lease, cut at the deadline),
+    -- whether it names a key and whether its deadline has passed.
     queue_loop: LOOP
       SET v_next = NULL;
-      SELECT MIN(wq.queue_id) INTO v_next FROM worker_session_queues wq
+      SELECT wq.queue_id, q.lease_seconds INTO v_next, v_lease FROM worker_session_queues wq
         JOIN queues q ON q.id = wq.queue_id AND q.state = 'ACTIVE'
-       WHERE wq.session_id = v_session AND wq.queue_id > v_queue;
+       WHERE wq.session_id = v_session AND wq.queue_id > v_queue
+       ORDER BY wq.queue_id LIMIT 1;
       IF v_next IS NULL THEN LEAVE queue_loop; END IF;
       SET v_queue = v_next;
       -- A session without concurrency_keys reads the unkeyed rows' own range: through
       -- ix_tasks_claim it would read every READY keyed row ahead of them (migration 000007).
       IF v_keys = 1 THEN
-        INSERT INTO claim_candidates_mem (task_id, priority, take)
-        SELECT id, priority, 1 FROM tasks FORCE INDEX (ix_tasks_claim)
+        INSERT INTO claim_candidates_mem (task_id, priority, take, queue_id, keyed, late,
+                                          attempt_number, expires_at)
+        SELECT id, priority, 1, queue_id, concurrency_key <> '', COALESCE(deadline_at <= v_now, 0),
+               attempts_used + 1, LEAST(COALESCE(deadline_at, v_now + INTERVAL v_lease SECOND),
+                                        v_now + INTERVAL v_lease SECOND)
+          FROM tasks FORCE INDEX (ix_tasks_claim)
          WHERE queue_id = v_queue AND lane = 'READY'
          ORDER BY priority, id LIMIT v_want
            FOR UPDATE SKIP LOCKED;
       ELSE
-        INSERT INTO claim_candidates_mem (task_id, priority, take)
-        SELECT id, priority, 1 FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
+        INSERT INTO claim_candidates_mem (task_id, priority, take, queue_id, keyed, late,
+                                          attempt_number, expires_at)
+        SELECT id, priority, 1, queue_id, 0, COALESCE(deadline_at <= v_now, 0),
+               attempts_used + 1, LEAST(COALESCE(deadline_at, v_now + INTERVAL v_lease SECOND),
+                                        v_now + INTERVAL v_lease SECOND)
+          FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
          WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key = ''
          ORDER BY priority, id LIMIT v_want
            FOR UPDATE SKIP LOCKED;
@@ -205,32 +220,32 @@ BEGIN
         SET v_drop = v_found - v_take;
         UPDATE claim_candidates_mem SET take = 0 ORDER BY priority DESC, task_id DESC LIMIT v_drop;
       END IF;
-      -- STRAIGHT_JOIN: from the candidates to their rows, never from a key to its (parked) tasks.
-      -- The count is of keyed candidates: none, and the key rows are not written below.
-      SELECT COUNT(*) INTO v_keyed
-        FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
-        STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
-       WHERE c.take = 1 AND t.concurrency_key <> ''
-         FOR UPDATE;
-      UPDATE claim_candidates_mem c
-        STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
-        STRAIGHT_JOIN queues q ON q.id = t.queue_id
-        LEFT JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
-          ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
-         AND t.concurrency_key <> ''
-         SET c.queue_id = t.queue_id, c.resource_id = COALESCE(r.id, 0),
-             c.token = IF(r.id IS NULL OR r.token = 18446744073709551615, 0, r.token + 1),
-             c.attempt_number = t.attempts_used + 1,
-             c.expires_at = IF(t.deadline_at IS NOT NULL AND t.deadline_at < v_now + INTERVAL q.lease_seconds SECOND,
-                               t.deadline_at, v_now + INTERVAL q.lease_seconds SECOND)
-       WHERE c.take = 1;
-      SELECT COUNT(*) INTO v_bad
-        FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
-        LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
-       WHERE c.take = 1
-         AND (t.lane <> 'READY' OR t.deadline_at <= v_now
-              OR (t.concurrency_key <> '' AND (r.id IS NULL OR r.holder_attempt_id IS NOT NULL
-                                               OR NOT (r.candidate_task_id <=> t.id) OR c.token = 0)));
+      SELECT SUM(keyed), SUM(late) INTO v_keyed, v_bad FROM claim_candidates_mem WHERE take = 1;
+      IF v_keyed > 0 THEN
+        -- The keyed candidates' key rows, locked before their tokens are computed (K7).
+        -- STRAIGHT_JOIN: from the candidates to their rows, never from a key to its (parked)
+        -- tasks.
+        SELECT COUNT(*) INTO v_ignored
+          FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+          STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
+         WHERE c.take = 1 AND c.keyed = 1
+           FOR UPDATE;
+        UPDATE claim_candidates_mem c
+          STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+          STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
+            ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
+           SET c.resource_id = r.id, c.token = IF(r.token = 18446744073709551615, 0, r.token + 1)
+         WHERE c.take = 1 AND c.keyed = 1;
+        -- A keyed grant needs its key free, this task its candidate, and token space left (a
+        -- key row that is missing leaves resource_id and token 0).
+        SELECT COUNT(*) INTO v_bad
+          FROM claim_candidates_mem c
+          LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
+         WHERE c.take = 1
+           AND (c.late = 1
+                OR (c.keyed = 1 AND (r.id IS NULL OR r.holder_attempt_id IS NOT NULL
+                                     OR NOT (r.candidate_task_id <=> c.task_id) OR c.token = 0)));
+      END IF;
       IF v_bad = 0 AND v_limited > 0 THEN
         SELECT COUNT(*) INTO v_bad
           FROM (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c

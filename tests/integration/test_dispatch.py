@@ -366,6 +366,91 @@ def test_k7_token_refused_at_u64_max_never_wraps(eng, database, orbit_dsn):
     assert [r["concurrency_key"] for r in eng.claim(session, 1)] == ["overflow/other"]
 
 
+# The set-based grant (worker_claim's fast path) must refuse or grant exactly as attempt_grant
+# does; each case below is a claim of several, where a claim of one would take the loop.
+
+
+def test_k7_a_batch_claim_gives_each_key_a_larger_token(eng):
+    session, _ = eng.hello(capacity=4)
+    for key in ("batch/k1", "batch/k2"):
+        eng.submit(key)
+    for a in eng.claim(session, 4):
+        eng.start(session, a["attempt_id"])
+        eng.result(session, a["attempt_id"])
+    before = {k: eng.resource(k)["token"] for k in ("batch/k1", "batch/k2")}
+    for key in before:
+        eng.submit(key)
+    granted = eng.claim(session, 4)
+    assert sorted(a["concurrency_key"] for a in granted) == sorted(before)
+    for a in granted:
+        assert a["concurrency_token"] > before[a["concurrency_key"]]
+        assert eng.resource(a["concurrency_key"])["token"] == a["concurrency_token"]
+
+
+def test_k7_a_batch_claim_refuses_a_key_at_the_end_of_its_token_space(eng, database):
+    session, _ = eng.hello(capacity=4)
+    eng.submit("batch/full")
+    [a] = eng.claim(session, 4)
+    eng.start(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"])
+    eng.force(  # the key's last token is spent
+        "UPDATE concurrency_resources SET token = %s "
+        "WHERE namespace_id = %s AND concurrency_key = %s",
+        U64_MAX,
+        eng.t.namespace_id,
+        "batch/full",
+    )
+    full, free = eng.submit("batch/full"), eng.submit("batch/free")
+    assert [a["task_id"] for a in eng.claim(session, 4)] == [free]
+    assert eng.task(full)["state"] == "WAITING"
+    assert eng.resource("batch/full")["token"] == U64_MAX
+    history = database.query(
+        "SELECT event FROM task_history WHERE task_id = %s", (eng.task(full)["id"],)
+    )
+    assert [h["event"] for h in history].count("TOKEN_SPACE_EXHAUSTED") == 1
+
+
+def test_a_batch_claim_ends_a_task_past_its_deadline_and_grants_the_rest(eng):
+    session, _ = eng.hello(capacity=4)
+    late, fresh = eng.submit(deadline=60), eng.submit()
+    eng.force(
+        "UPDATE tasks SET deadline_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE public_id = %s",
+        late,
+    )
+    assert [a["task_id"] for a in eng.claim(session, 4)] == [fresh]
+    assert eng.task(late)["state"] == "DEADLINE_EXCEEDED"
+
+
+def test_a_batch_claim_ends_each_lease_at_its_tasks_deadline_when_that_comes_first(eng):
+    session, _ = eng.hello(capacity=4)
+    soon, open_ended = eng.submit(deadline=5), eng.submit()
+    granted = {a["task_id"]: a["attempt_id"] for a in eng.claim(session, 4)}
+    assert set(granted) == {soon, open_ended}
+    leases = {
+        task: eng.db.query(
+            "SELECT lease_expires_at FROM attempts WHERE public_id = %s", (attempt,)
+        )[0]["lease_expires_at"]
+        for task, attempt in granted.items()
+    }
+    assert leases[soon] == eng.task(soon)["deadline_at"]  # 5 s, not the queue's 30 s lease
+    assert leases[open_ended] > eng.task(soon)["deadline_at"]
+
+
+def test_a_batch_claim_never_grants_a_key_its_row_says_is_held(eng):
+    """A READY keyed task always has a free key (K5); the claim checks the key row anyway,
+    under its lock, and grants nothing that row says is held."""
+    session, _ = eng.hello(capacity=4)
+    held, free = eng.submit("batch/held"), eng.submit()
+    eng.force(  # a key row that contradicts its READY candidate
+        "UPDATE concurrency_resources SET holder_attempt_id = 1 "
+        "WHERE namespace_id = %s AND concurrency_key = %s",
+        eng.t.namespace_id,
+        "batch/held",
+    )
+    assert [a["task_id"] for a in eng.claim(session, 4)] == [free]
+    assert eng.task(held)["state"] == "WAITING"
+
+
 def test_claim_respects_capacity_priority_and_unkeyed_sessions(eng):
     low = eng.submit("", priority=9)
     high = eng.submit("", priority=0)
