@@ -1,0 +1,128 @@
+"""A/B of routine variants on one server, in the same minutes (bench/README.md, session 9).
+
+The installed routines are A. Each NAME=FILE installs FILE's routine beside it as NAME_b (B).
+Rounds of one thread's batch cycle (task_submit_many, worker_claim, attempt_start_many,
+attempt_result_many of --batch tasks) alternate between A and B, each on a queue, a session
+and a connection of its own (a connection keeps the temporary tables it made, so the two
+never share one). Prints the median wall time of each call and the mariadbd CPU per call:
+
+    python bench/ab.py --rounds 300 --batch 10 worker_claim=/tmp/worker_claim.sql
+
+Without ORBIT_MYSQL_DSN it uses the bench's private server (.scratch/bench-db) and installs
+this tree's schema and routines there first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import secrets
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run  # noqa: E402
+
+from orbit_shell import db, localdb, schema  # noqa: E402
+from orbit_shell.db import Database  # noqa: E402
+
+CALLS = ("task_submit_many", "worker_claim", "attempt_start_many", "attempt_result_many")
+
+
+def install_b(dsn: str, variants: dict[str, Path]) -> None:
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            for name, path in variants.items():
+                pattern = rf"CREATE (PROCEDURE|FUNCTION) {name}\("
+                sql, n = re.subn(pattern, rf"CREATE \1 {name}_b(", path.read_text())
+                if n != 1:
+                    raise SystemExit(f"{path} does not create {name}")
+                kind = re.search(r"CREATE (PROCEDURE|FUNCTION)", sql).group(1)
+                cur.execute(f"DROP {kind} IF EXISTS {name}_b")
+                cur.execute(sql)
+    finally:
+        conn.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument("variants", nargs="+", metavar="NAME=FILE")
+    args = parser.parse_args()
+    variants = {}
+    for item in args.variants:
+        name, _, path = item.partition("=")
+        if name not in CALLS or not path:
+            parser.error(f"{item}: NAME must be one of {', '.join(CALLS)}")
+        variants[name] = Path(path)
+    dsn = os.environ.get("ORBIT_MYSQL_DSN")
+    if not dsn:
+        server = localdb.PrivateServer(
+            run.ROOT / ".scratch" / "bench-db", localdb.ensure_binaries()
+        )
+        dsn = server.start()
+        schema.apply(dsn)
+    install_b(dsn, variants)
+    bench = run.Bench(dsn)
+    sides = {}
+    for side in "AB":
+        d = Database(dsn, pool_size=1)
+        queue, session = bench.batch_queue(d, f"ab-{side}-{secrets.token_hex(3)}", args.batch)
+        sides[side] = (d, queue, session)
+    pids = run.mariadbd_pids()
+    wall = {s: {c: [] for c in CALLS} for s in "AB"}
+    cpu = {s: dict.fromkeys(CALLS, 0.0) for s in "AB"}
+
+    def name(call: str, side: str) -> str:
+        return call + "_b" if side == "B" and call in variants else call
+
+    def cycle(side: str, keep: bool) -> None:
+        d, queue, session = sides[side]
+
+        def timed(call: str, *call_args):
+            c0, t0 = run.db_cpu_seconds(pids), time.perf_counter()
+            out = d.call(name(call, side), *call_args)
+            if keep:
+                wall[side][call].append(time.perf_counter() - t0)
+                cpu[side][call] += run.db_cpu_seconds(pids) - c0
+            return out
+
+        timed("task_submit_many", bench.ns, "bench", bench.batch_items(queue, args.batch))
+        [rows] = timed("worker_claim", bench.ns, session, args.batch)[:1]
+        ids = [r["attempt_id"] for r in rows]
+        if len(ids) != args.batch:
+            raise SystemExit(f"{side}: claimed {len(ids)} of {args.batch}")
+        timed("attempt_start_many", bench.ns, session, json.dumps(ids))
+        timed("attempt_result_many", bench.ns, session, bench.batch_results(ids))
+
+    for _ in range(10):  # warm both sides' caches, uncounted
+        cycle("A", False)
+        cycle("B", False)
+    for i in range(args.rounds):
+        for side in "AB" if i % 2 == 0 else "BA":
+            cycle(side, True)
+    total = dict.fromkeys("AB", 0.0)
+    for call in CALLS:
+        a, b = (statistics.median(wall[s][call]) * 1000 for s in "AB")
+        total["A"] += a
+        total["B"] += b
+        ca, cb = (cpu[s][call] / args.rounds * 1000 for s in "AB")
+        print(
+            f"{call:20s} median A {a:7.3f} ms  B {b:7.3f} ms  ({b / a:.3f}x)  "
+            f"mariadbd CPU A {ca:6.3f} B {cb:6.3f} ms"
+        )
+    print(
+        f"{'cycle':20s} median A {total['A']:7.3f} ms  B {total['B']:7.3f} ms  "
+        f"({total['B'] / total['A']:.3f}x)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
