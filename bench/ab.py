@@ -15,7 +15,6 @@ this tree's schema and routines there first.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import secrets
@@ -93,13 +92,9 @@ def main() -> int:
                 cpu[side][call] += run.db_cpu_seconds(pids) - c0
             return out
 
-        timed("task_submit_many", bench.ns, "bench", bench.batch_items(queue, args.batch))
-        [rows] = timed("worker_claim", bench.ns, session, args.batch)[:1]
-        ids = [r["attempt_id"] for r in rows]
-        if len(ids) != args.batch:
-            raise SystemExit(f"{side}: claimed {len(ids)} of {args.batch}")
-        timed("attempt_start_many", bench.ns, session, json.dumps(ids))
-        timed("attempt_result_many", bench.ns, session, bench.batch_results(ids))
+        claimed = bench.batch_cycle(timed, queue, session, args.batch)
+        if len(claimed) != args.batch:
+            raise SystemExit(f"{side}: claimed {len(claimed)} of {args.batch}")
 
     for _ in range(10):  # warm both sides' caches, uncounted
         cycle("A", False)

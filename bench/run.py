@@ -319,6 +319,18 @@ class Bench:
         return {"batch": batch, "keys": keys, "wall_ms_per_10": wall * per10,
                 "db_cpu_ms_per_10": cpu * per10}  # fmt: skip
 
+    def batch_cycle(self, call, queue: int, sid: str, batch: int) -> list[str]:
+        """One round of the batch cycle through ``call(procedure, *args)``: submit ``batch``
+        no-op tasks, claim up to ``batch``, start and report what was claimed (nothing when
+        the claim came back empty). Returns the claimed attempts' ids."""
+        call("task_submit_many", self.ns, "bench", self.batch_items(queue, batch))
+        [rows] = call("worker_claim", self.ns, sid, batch)[:1]
+        ids = [r["attempt_id"] for r in rows]
+        if ids:
+            call("attempt_start_many", self.ns, sid, json.dumps(ids))
+            call("attempt_result_many", self.ns, sid, self.batch_results(ids))
+        return ids
+
     def procedure_batched(self, threads: int, seconds: float, batch: int = 10) -> dict:
         """The same cycle through the batch procedures: task_submit_many, worker_claim of
         ``batch``, attempt_start_many, attempt_result_many; one commit per call. Each thread
@@ -331,17 +343,13 @@ class Bench:
         def loop(i: int) -> None:
             d = Database(self.dsn, pool_size=1)
             queue, sid = self.batch_queue(d, f"procb-{i}-{secrets.token_hex(3)}", batch)
+
+            def call(procedure: str, *args):
+                calls[i] += 1
+                return d.call(procedure, *args)
+
             while time.monotonic() < stop:
-                d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, batch))
-                [rows] = d.call("worker_claim", self.ns, sid, batch)
-                calls[i] += 2
-                if not rows:
-                    continue
-                ids = [r["attempt_id"] for r in rows]
-                d.call("attempt_start_many", self.ns, sid, json.dumps(ids))
-                d.call("attempt_result_many", self.ns, sid, self.batch_results(ids))
-                calls[i] += 2
-                done[i] += len(ids)
+                done[i] += len(self.batch_cycle(call, queue, sid, batch))
             d.close()
 
         locks = lock_counters(self.db)
