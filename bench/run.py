@@ -842,9 +842,10 @@ def peer(bench: Bench, url: str, jobs: int, rounds: int = 3) -> dict:
     A drain of 2,000 no-op jobs lasts seconds, and one drain of either side moved by half from
     one run to the next on this shared machine. Unkeyed, Procrastinate and Orbit's ways
     without prefetch therefore drain ``rounds`` times, alternating, and each figure is the
-    median of its rounds (every round is kept in the results); the ways with prefetch drain
-    once, in the first round. Over 1,000 keys Procrastinate takes about a minute a drain and
-    Orbit leads it many times over: one round."""
+    median of its rounds (each round's rate is kept in the results; the per-request figures
+    are the last round's); the ways with prefetch drain once, in the first round. Over 1,000
+    keys Procrastinate takes about a minute a drain and Orbit leads it many times over: one
+    round."""
     try:
         import peer_procrastinate
     except ImportError as exc:
