@@ -883,21 +883,17 @@ def peer(bench: Bench, url: str, jobs: int, rounds: int = 3) -> dict:
                     )
                 )
         peer_rate = statistics.median(theirs)
-        rates = {
-            way: statistics.median(r["tasks_per_s"] for r in runs) for way, runs in mine.items()
-        }
+        per_round = {way: [r["tasks_per_s"] for r in runs] for way, runs in mine.items()}
+        rates = {way: statistics.median(r) for way, r in per_round.items()}
         ratios = {way: rate / peer_rate for way, rate in rates.items()}
         last = {way: runs[-1] for way, runs in mine.items()}
         out[f"keys{keys}"] = {
             "procrastinate_jobs_per_s": peer_rate,
             "orbit_tasks_per_s": rates,
-            "rounds": {
-                "procrastinate_jobs_per_s": theirs,
-                "orbit_tasks_per_s": {
-                    w: [r["tasks_per_s"] for r in runs] for w, runs in mine.items()
-                },
+            "rounds": {"procrastinate_jobs_per_s": theirs, "orbit_tasks_per_s": per_round},
+            "orbit_attempts_per_request": {
+                way: r["attempts_per_request"] for way, r in last.items()
             },
-            "orbit_attempts_per_request": {w: r["attempts_per_request"] for w, r in last.items()},
             "orbit_request_ms": {way: r["request_ms"] for way, r in last.items()},
             "orbit_worker_startup_s": {way: r["worker_startup_s"] for way, r in last.items()},
             "ratio": ratios,
@@ -908,9 +904,9 @@ def peer(bench: Bench, url: str, jobs: int, rounds: int = 3) -> dict:
                 + " / ".join(f"{r:.0f}" for r in theirs)
                 + "; Orbit "
                 + ", ".join(
-                    f"{w} " + " / ".join(f"{r['tasks_per_s']:.0f}" for r in runs)
-                    for w, runs in mine.items()
-                    if len(runs) > 1
+                    f"{way} " + " / ".join(f"{r:.0f}" for r in rs)
+                    for way, rs in per_round.items()
+                    if len(rs) > 1
                 ),
                 flush=True,
             )
