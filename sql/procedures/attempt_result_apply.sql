@@ -1,0 +1,241 @@
+-- attempt_result_apply: the body of attempt_result_many and of worker_report_claim's results.
+-- Helper inside the caller's transaction: no transaction control, no handler. The caller made
+-- the group table (attempt_result_tables) and answers with attempt_result_answers(p_out) after
+-- its commit.
+-- Params: as attempt_result_many. Out: the session's internal id and its application's (NULL
+--   when the session is unknown: every item is LEASE_LOST), and the per-item outcomes of the
+--   items that went one by one, as JSON (the group's are in result_rows_mem).
+--
+-- Two paths with one outcome. The common item, a 'succeeded' or 'failed' result for a RUNNING
+-- attempt of this session whose lease has not expired, named once in the batch (a retryable
+-- failure only where the queue's backoff is not zero, so the retry always waits), is applied
+-- set-based: a statement per step for the whole group instead of ~20 per item (the statement,
+-- not the row, is what a procedure pays for). Its effects are attempt_result_one's for those
+-- cases: the attempt SUCCEEDED, FAILED or RETRY with the outcome, permits deleted, the key
+-- freed and its next parked task promoted, counters given back; the task SUCCEEDED, FAILED, or
+-- WAITING in the DELAYED lane until its backoff (exponential with jitter) runs out; one
+-- history row. Every other item goes through attempt_result_one in order behind its
+-- savepoint. The groups are independent: a fast item's attempt appears in no other item, and
+-- results never depend on counters.
+--
+-- Locks, in order: applications row (held to the end), the items' attempts rows, their tasks
+-- rows, queues rows, worker_sessions row, concurrency_resources rows, permits rows, then the
+-- promoted tasks rows; then per remaining item those of attempt_result_one.
+-- Deadlocks and lock-wait timeouts are not item errors: they roll back the whole batch (outer
+-- handler) and the shell retries it.
+CREATE PROCEDURE attempt_result_apply(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
+                                      IN p_items MEDIUMTEXT, OUT p_session BIGINT UNSIGNED,
+                                      OUT p_app BIGINT UNSIGNED, OUT p_out MEDIUMTEXT)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_i INT DEFAULT 0;
+  DECLARE v_n INT;
+  DECLARE v_item MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+  DECLARE v_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
+  DECLARE v_task BIGINT UNSIGNED;
+  DECLARE v_duplicate TINYINT;
+  DECLARE v_error VARCHAR(512);
+  DECLARE v_fast INT DEFAULT 0;
+  DECLARE v_done INT DEFAULT 0;
+  DECLARE v_texts INT DEFAULT 0;
+  DECLARE v_retries INT DEFAULT 0;
+  DECLARE v_keyed INT DEFAULT 0;
+  DECLARE v_fast_seqs TEXT DEFAULT '';
+  DECLARE v_ignored BIGINT;
+  DECLARE v_now DATETIME(6);
+  DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_app BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_out MEDIUMTEXT DEFAULT '[]';
+
+  -- The session is resolved once for the batch (NULL: every item is LEASE_LOST).
+  SELECT id, application_id INTO v_session, v_app FROM worker_sessions
+   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
+
+  IF v_session IS NOT NULL THEN
+    SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+    SELECT COUNT(*) INTO v_ignored
+      FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+             attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) j
+      STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
+       FOR UPDATE;
+    -- The clock is read after the locks: a call that waited must not stamp times earlier than
+    -- the change it waited for.
+    SET v_now = UTC_TIMESTAMP(6);
+    -- state: the attempt's new state; a retry whose attempts or deadline run out is FAILED
+    -- below, once its backoff is drawn. started: the task's started attempts, this one too.
+    INSERT INTO result_rows_mem (seq, attempt_id, task_id, queue_id, resource_id, token, fp, state,
+                             retryable, started, texts)
+    SELECT j.seq - 1, a.id, a.task_id, a.queue_id, COALESCE(r.id, 0), a.concurrency_token,
+           SHA2(CONCAT(j.outcome, '|', j.retryable, '|', COALESCE(NULLIF(j.result, ''), 'null'),
+                       '|', COALESCE(NULLIF(j.error, ''), 'null')), 256),
+           IF(j.outcome = 'succeeded', 'SUCCEEDED', IF(j.retryable = 1, 'RETRY', 'FAILED')),
+           j.retryable,
+           IF(j.outcome = 'failed' AND j.retryable = 1,
+              (SELECT COUNT(*) FROM attempts s FORCE INDEX (uq_attempts_number)
+                WHERE s.task_id = a.task_id AND s.started_at IS NOT NULL), 0),
+           COALESCE(j.result, '') <> '' OR COALESCE(j.error, '') <> ''
+      FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+             seq FOR ORDINALITY,
+             attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id',
+             outcome VARCHAR(16) PATH '$.outcome',
+             retryable TINYINT PATH '$.retryable',
+             result MEDIUMTEXT PATH '$.result',
+             error MEDIUMTEXT PATH '$.error')) j
+      -- Attempts named once in the batch: a derived table, read once (a correlated subquery
+      -- over JSON_TABLE parsed the whole batch again for every item).
+      STRAIGHT_JOIN (SELECT attempt_id FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) o
+             GROUP BY attempt_id HAVING COUNT(*) = 1) once ON once.attempt_id = j.attempt_id
+      STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
+      STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = a.queue_id
+      LEFT JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = a.id AND p.kind = 'KEY'
+      LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = p.scope_id AND r.holder_attempt_id = a.id
+     WHERE (j.outcome = 'succeeded'
+            OR (j.outcome = 'failed' AND (j.retryable = 0 OR q.retry_backoff_seconds > 0)))
+       AND j.retryable IN (0, 1)
+       AND a.session_id = v_session AND a.state = 'RUNNING' AND a.lease_expires_at > v_now;
+    SET v_fast = ROW_COUNT();
+  END IF;
+
+  IF v_fast > 0 THEN
+    -- What the group holds decides which steps below it needs: a batch of successes without
+    -- keys skips the retries' two statements and the keys' four.
+    SELECT GROUP_CONCAT(seq), SUM(state = 'RETRY'), SUM(texts), SUM(resource_id > 0)
+      INTO v_fast_seqs, v_retries, v_texts, v_keyed
+      FROM result_rows_mem;
+    SET v_done = v_fast - v_retries;
+    IF v_retries > 0 THEN
+      -- Retries: attempt_result_one's backoff, exponential with jitter in [0.5, 1.0] of the
+      -- capped delay; a retry that would start past the deadline, or has no attempt left, fails.
+      UPDATE result_rows_mem f STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = f.queue_id
+         SET f.delay = LEAST(q.retry_backoff_max_seconds,
+                             q.retry_backoff_seconds * POW(2, LEAST(f.started, 30) - 1)) * (0.5 + RAND() / 2)
+       WHERE f.state = 'RETRY';
+      UPDATE result_rows_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+         SET f.state = 'FAILED'
+       WHERE f.state = 'RETRY'
+         AND NOT (f.started < t.max_attempts
+                  AND (t.deadline_at IS NULL
+                       OR v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND < t.deadline_at));
+      SET v_done = v_done + ROW_COUNT();
+    END IF;
+    -- Joins run from the group's rows (or the batch) to the tables (STRAIGHT_JOIN): the
+    -- optimizer has no statistics for a temporary table and must not start from a large
+    -- table. Two forms of one change, alike but for the texts: a multi-table UPDATE keeps the
+    -- new values of the tables after the first in an internal temporary table, and MariaDB's
+    -- in-memory one holds no TEXT, so a result or error text column makes two on-disk tables.
+    -- A batch without any text (no-op handlers, results of None) need not pay for them: a
+    -- fifth of its call's time (bench/README.md, session 8).
+    IF v_texts = 0 THEN
+      UPDATE result_rows_mem f
+        STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+        STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+         SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
+             a.result_sha256 = f.fp, a.state = f.state, a.finished_at = v_now,
+             t.state = IF(f.state = 'RETRY', 'WAITING', f.state),
+             t.lane = IF(f.state = 'RETRY', 'DELAYED', NULL),
+             t.available_at = IF(f.state = 'RETRY',
+                                 v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND, t.available_at),
+             t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
+    ELSE
+      -- The batch's JSON is read once, each item then finding its group row by key.
+      UPDATE JSON_TABLE(p_items, '$[*]' COLUMNS (
+               seq FOR ORDINALITY,
+               result MEDIUMTEXT PATH '$.result', error MEDIUMTEXT PATH '$.error')) j
+        STRAIGHT_JOIN result_rows_mem f ON f.seq = j.seq - 1
+        STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+        STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+         SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
+             a.result_sha256 = f.fp, a.state = f.state, a.finished_at = v_now,
+             a.result = NULLIF(j.result, ''), a.error = NULLIF(j.error, ''),
+             -- task_finish's effects for SUCCEEDED (the result kept) and FAILED (the error
+             -- kept); a retry waits in the DELAYED lane, its error kept, as task_enter_lane puts it.
+             t.state = IF(f.state = 'RETRY', 'WAITING', f.state),
+             t.lane = IF(f.state = 'RETRY', 'DELAYED', NULL),
+             t.available_at = IF(f.state = 'RETRY',
+                                 v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND, t.available_at),
+             t.result = IF(f.state = 'SUCCEEDED', COALESCE(NULLIF(j.result, ''), t.result), t.result),
+             t.error = IF(f.state = 'SUCCEEDED', t.error, COALESCE(NULLIF(j.error, ''), t.error)),
+             t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
+    END IF;
+    UPDATE queues q
+      JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_rows_mem
+             GROUP BY queue_id) c ON c.queue_id = q.id
+       SET q.active_attempts = q.active_attempts - c.n, q.unfinished_tasks = q.unfinished_tasks - c.done;
+    UPDATE worker_sessions SET in_flight = in_flight - v_fast WHERE id = v_session;
+    UPDATE applications
+       SET active_attempts = active_attempts - v_fast, unfinished_tasks = unfinished_tasks - v_done
+     WHERE id = v_app;
+    IF v_keyed > 0 THEN
+      UPDATE result_rows_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+         SET r.holder_attempt_id = NULL, r.version = r.version + 1, r.updated_at = v_now
+       WHERE r.holder_attempt_id = f.attempt_id;
+    END IF;
+    DELETE p FROM result_rows_mem f STRAIGHT_JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = f.attempt_id;
+    INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
+                              from_state, to_state, actor, details, created_at)
+    SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0),
+           IF(state = 'RETRY', 'RETRY_SCHEDULED', state), 'RUNNING',
+           IF(state = 'RETRY', 'WAITING', state), CONCAT('session:', p_session_public_id),
+           CASE WHEN state = 'RETRY' THEN CONCAT('retry after ', ROUND(delay, 3), 's')
+                WHEN state = 'FAILED' AND retryable = 1 THEN 'attempts or deadline exhausted' END,
+           v_now
+      FROM result_rows_mem ORDER BY seq;
+    IF v_keyed > 0 THEN
+      -- Each freed key passes to its next parked task: key_promote_next for the group. The
+      -- dependent subquery reads each key's parked rows in ix_tasks_key_lane order and stops at
+      -- the first due row of an ACTIVE queue (the shape key_promote_next measured; a join would
+      -- sort every parked row of the key). The rows are changed under the key rows' locks,
+      -- taken above, and the application row's, which every lane change holds.
+      UPDATE result_rows_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+         SET f.next_task = COALESCE((
+               SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
+                WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
+                  AND t.lane = 'BLOCKED' AND t.available_at <= v_now
+                  AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
+                ORDER BY t.priority, t.id LIMIT 1), 0)
+       WHERE f.resource_id > 0;
+      UPDATE result_rows_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task
+         SET t.lane = 'READY', t.updated_at = v_now
+       WHERE f.next_task > 0 AND t.lane = 'BLOCKED';
+      UPDATE result_rows_mem f
+        STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task AND t.lane = 'READY'
+        STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+         SET r.candidate_task_id = t.id;
+    END IF;
+  END IF;
+
+  SET v_n = JSON_LENGTH(p_items);
+  WHILE v_i < v_n AND v_fast < v_n DO  -- nothing left when the group holds every item
+    IF v_fast = 0 OR FIND_IN_SET(v_i, v_fast_seqs) = 0 THEN
+      -- The item read out of the batch once: each JSON_EXTRACT over the whole batch reads all
+      -- of it again (~0.1 ms at 100 items on MariaDB, which keeps JSON as text); a field per
+      -- call made the per-item path cost half its time parsing (bench/README.md, session 6).
+      SET v_item = JSON_EXTRACT(p_items, CONCAT('$[', v_i, ']'));
+      SET v_id = JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.attempt_id'));
+      SET v_task = NULL, v_duplicate = NULL, v_error = NULL;
+      SAVEPOINT batch_item;
+      item: BEGIN
+        DECLARE EXIT HANDLER FOR SQLSTATE '45000'
+        BEGIN
+          GET DIAGNOSTICS CONDITION 1 v_error = MESSAGE_TEXT;
+          ROLLBACK TO SAVEPOINT batch_item;
+        END;
+        CALL attempt_result_one(
+          p_namespace_id, v_session, p_session_public_id, v_id,
+          JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.outcome')),
+          JSON_EXTRACT(v_item, '$.retryable'),
+          IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.result')) = 'NULL', NULL,
+             NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.result')), '')),
+          IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.error')) = 'NULL', NULL,
+             NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.error')), '')),
+          v_task, v_duplicate);
+      END item;
+      SET v_out = JSON_ARRAY_APPEND(v_out, '$',
+                    JSON_OBJECT('seq', v_i, 'attempt_id', v_id, 'task', COALESCE(v_task, 0),
+                                'duplicate', COALESCE(v_duplicate, 0), 'error', COALESCE(v_error, '')));
+    END IF;
+    SET v_i = v_i + 1;
+  END WHILE;
+  SET p_session = v_session, p_app = v_app, p_out = v_out;
+END

@@ -1,0 +1,313 @@
+-- worker_claim_grant: the body of worker_claim and of worker_report_claim's claim.
+-- Helper inside the caller's transaction: no transaction control, no handler. The caller
+-- resolved the session (p_session_id, its application p_app_id), made the candidates table
+-- (worker_claim_tables) and answers with session_assignments(p_session_id, p_first_attempt)
+-- after its commit.
+-- Params: namespace, session internal id, its application, its public id (for the history's
+-- actor), max (1..100). Out: the first attempt id granted by this call (NULL: none).
+-- Errors: STATE_CONFLICT (session closed), before anything is written.
+--
+-- Locks, in the documented order: applications row (the application quota), the session's
+-- queues rows (queue permits), worker_sessions row, candidate tasks rows (FOR UPDATE SKIP
+-- LOCKED through ix_tasks_claim, or ix_tasks_queue_lane_key for a session without
+-- concurrency_keys), concurrency_resources row of each keyed candidate (in
+-- candidate order), then the new attempts and permits rows.
+--
+-- K8 without a scan: keyed tasks whose key is held are parked (lane BLOCKED) and each free key
+-- has at most one READY candidate, so ix_tasks_claim (queue_id, lane, priority, id) holds only
+-- claimable rows and the LIMIT never meets a blocked one. Two tasks of one key can never both
+-- be READY, and the key row is re-checked under its lock, so one batch never grants a key
+-- twice; permits.uq_permits_exclusive would refuse a second KEY permit anyway.
+--
+-- Fairness (W2): each call takes at most ceil(candidates seen / (1 + idle others)) tasks, where
+-- idle others are the OTHER open sessions sharing one of these queues, seen in the last 5
+-- seconds, with nothing in flight. A burst is split with the nodes that are idle instead of
+-- going whole to the first poller; nodes that are already working do not shrink the share.
+--
+-- Recovery runs here first (expired leases of these queues, due DELAYED tasks), so an expired
+-- lease is recovered at the next claim on its queue even without the sweeper.
+CREATE PROCEDURE worker_claim_grant(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
+                                    IN p_app_id BIGINT UNSIGNED,
+                                    IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
+                                    IN p_max INT UNSIGNED, OUT p_first_attempt BIGINT UNSIGNED)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_session BIGINT UNSIGNED;
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_app_max INT UNSIGNED;
+  DECLARE v_app_active INT UNSIGNED;
+  DECLARE v_state VARCHAR(10);
+  DECLARE v_capacity INT UNSIGNED;
+  DECLARE v_in_flight INT UNSIGNED;
+  DECLARE v_keys TINYINT;
+  DECLARE v_want INT DEFAULT 0;
+  DECLARE v_found INT DEFAULT 0;
+  DECLARE v_live INT DEFAULT 0;
+  DECLARE v_recover TINYINT DEFAULT 0;
+  DECLARE v_cap INT DEFAULT 0;
+  DECLARE v_granted INT DEFAULT 0;
+  DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_item BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_next BIGINT UNSIGNED;
+  DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_now DATETIME(6);
+  DECLARE v_actor VARCHAR(200);
+  DECLARE v_queues INT DEFAULT 0;
+  DECLARE v_limited INT DEFAULT 0;
+  DECLARE v_keyed INT DEFAULT 0;
+  DECLARE v_ignored BIGINT;
+  DECLARE v_drop INT DEFAULT 0;
+  DECLARE v_lease INT UNSIGNED;
+  DECLARE v_take INT DEFAULT 0;
+  DECLARE v_bad INT DEFAULT 1;
+  DECLARE v_lane VARCHAR(10);
+
+  SET v_session = p_session_id, v_app = p_app_id;
+  SET v_actor = CONCAT('session:', p_session_public_id);
+  SELECT max_active_attempts, active_attempts INTO v_app_max, v_app_active
+    FROM applications WHERE id = v_app FOR UPDATE;
+  -- The clock is read after the first lock: a call that waited must not stamp times
+  -- earlier than the change it waited for.
+  SET v_now = UTC_TIMESTAMP(6);
+  -- No ORDER BY: an aggregate ignores it (MariaDB drops it from the plan; MySQL 8's
+  -- ONLY_FULL_GROUP_BY refuses it). The plan walks the session's queues in id order, and the
+  -- application row above already keeps these rows' lockers apart (sql/README.md, lock order).
+  -- The counts spare statements below: a second queue to walk, a queue permit limit to check.
+  SELECT COUNT(*), COUNT(max_concurrency) INTO v_queues, v_limited FROM queues
+   WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
+   FOR UPDATE;
+  SELECT state, capacity, in_flight, concurrency_keys INTO v_state, v_capacity, v_in_flight, v_keys
+    FROM worker_sessions WHERE id = v_session FOR UPDATE;
+  IF v_state <> 'OPEN' THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: worker session is closed; say hello again';
+  END IF;
+
+  -- Recovery of expired leases and due backoff on these queues, per queue of the session
+  -- (ix_attempts_queue_lease, ix_tasks_queue_due) and bounded; the sweeper does the rest. The
+  -- found row is re-checked under its lock by the helper. Most claims find nothing to
+  -- recover: one plain read over all the session's queues (the probe's,
+  -- session_recovery_due) says so, and the per-queue loops run only when it finds something.
+  CALL session_recovery_due(v_session, v_now, v_recover);
+  SET v_queue = 0;
+  recovery_queues: LOOP
+    IF NOT v_recover THEN LEAVE recovery_queues; END IF;
+    SET v_next = NULL;
+    SELECT MIN(queue_id) INTO v_next FROM worker_session_queues
+     WHERE session_id = v_session AND queue_id > v_queue;
+    IF v_next IS NULL THEN LEAVE recovery_queues; END IF;
+    SET v_queue = v_next;
+    recover_loop: LOOP
+      SET v_next = NULL;
+      SELECT id INTO v_next FROM attempts FORCE INDEX (ix_attempts_queue_lease)
+       WHERE queue_id = v_queue AND state IN ('LEASED', 'RUNNING') AND lease_expires_at <= v_now
+       LIMIT 1;
+      IF v_next IS NULL OR v_granted >= 20 THEN LEAVE recover_loop; END IF;
+      CALL attempt_recover(v_next, 'system:claim');
+      SET v_granted = v_granted + 1;
+    END LOOP;
+    -- Retry backoff that has run out: DELAYED tasks re-enter their lane (procrastinate #1599).
+    -- A plain read finds the task and its row is then locked by key and re-checked: a locking
+    -- range read also locks the first index row past the range, another queue's, and
+    -- deadlocked with that row's own claim (sql/README.md, "Locking reads").
+    due_loop: LOOP
+      SET v_next = NULL, v_lane = NULL;
+      SELECT id INTO v_next FROM tasks FORCE INDEX (ix_tasks_queue_due)
+       WHERE queue_id = v_queue AND lane = 'DELAYED' AND available_at <= v_now
+       LIMIT 1;
+      IF v_next IS NULL OR v_granted >= 70 THEN LEAVE due_loop; END IF;
+      SELECT lane INTO v_lane FROM tasks WHERE id = v_next AND available_at <= v_now FOR UPDATE;
+      IF v_lane = 'DELAYED' THEN
+        CALL task_enter_lane(v_next);
+      END IF;
+      SET v_granted = v_granted + 1;
+    END LOOP;
+  END LOOP;
+  SET v_granted = 0, v_queue = 0;
+  -- Grants are stamped after the recoveries above, so a new permit never starts before the
+  -- permit it replaces ended.
+  SET v_now = UTC_TIMESTAMP(6);
+
+  IF v_recover THEN  -- a recovered attempt freed room in this session and the application
+    SELECT in_flight INTO v_in_flight FROM worker_sessions WHERE id = v_session;
+    SELECT active_attempts INTO v_app_active FROM applications WHERE id = v_app;
+  END IF;
+  SET v_want = LEAST(p_max, GREATEST(CAST(v_capacity AS SIGNED) - CAST(v_in_flight AS SIGNED), 0));
+
+  IF v_want > 0 THEN
+    -- Candidates: the best v_want READY rows of each ACTIVE queue of the session. One bounded
+    -- index range per queue, so the work is (queues x want), never the backlog. Each row is
+    -- read under its lock (the latest version, READY), so what a grant needs from it is taken
+    -- here: its attempt number, its lease's end (the queue's lease, cut at the deadline),
+    -- whether it names a key and whether its deadline has passed.
+    queue_loop: LOOP
+      SET v_next = NULL;
+      SELECT wq.queue_id, q.lease_seconds INTO v_next, v_lease FROM worker_session_queues wq
+        JOIN queues q ON q.id = wq.queue_id AND q.state = 'ACTIVE'
+       WHERE wq.session_id = v_session AND wq.queue_id > v_queue
+       ORDER BY wq.queue_id LIMIT 1;
+      IF v_next IS NULL THEN LEAVE queue_loop; END IF;
+      SET v_queue = v_next;
+      -- A session without concurrency_keys reads the unkeyed rows' own range: through
+      -- ix_tasks_claim it would read every READY keyed row ahead of them (migration 000007).
+      IF v_keys = 1 THEN
+        INSERT INTO claim_candidates_mem (task_id, priority, take, queue_id, keyed, late,
+                                          attempt_number, expires_at)
+        SELECT id, priority, 1, queue_id, concurrency_key <> '', COALESCE(deadline_at <= v_now, 0),
+               attempts_used + 1, LEAST(COALESCE(deadline_at, v_now + INTERVAL v_lease SECOND),
+                                        v_now + INTERVAL v_lease SECOND)
+          FROM tasks FORCE INDEX (ix_tasks_claim)
+         WHERE queue_id = v_queue AND lane = 'READY'
+         ORDER BY priority, id LIMIT v_want
+           FOR UPDATE SKIP LOCKED;
+      ELSE
+        INSERT INTO claim_candidates_mem (task_id, priority, take, queue_id, keyed, late,
+                                          attempt_number, expires_at)
+        SELECT id, priority, 1, queue_id, 0, COALESCE(deadline_at <= v_now, 0),
+               attempts_used + 1, LEAST(COALESCE(deadline_at, v_now + INTERVAL v_lease SECOND),
+                                        v_now + INTERVAL v_lease SECOND)
+          FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
+         WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key = ''
+         ORDER BY priority, id LIMIT v_want
+           FOR UPDATE SKIP LOCKED;
+      END IF;
+      SET v_found = v_found + ROW_COUNT();
+      IF v_queues = 1 THEN LEAVE queue_loop; END IF;
+    END LOOP;
+
+    -- The fair share can only split a burst of more than one, for a claim of more than one.
+    IF v_found > 1 AND v_want > 1 THEN
+      -- From the sessions seen in the last 5 seconds (ix_worker_sessions_seen), not from every
+      -- session ever registered on these queues: a worker process registers one of its own.
+      -- Each is then looked up by key with each queue of this session.
+      SELECT COUNT(DISTINCT s.id) INTO v_live
+        FROM worker_sessions s FORCE INDEX (ix_worker_sessions_seen)
+        STRAIGHT_JOIN worker_session_queues mine FORCE INDEX (PRIMARY) ON mine.session_id = v_session
+        STRAIGHT_JOIN worker_session_queues other FORCE INDEX (PRIMARY)
+          ON other.session_id = s.id AND other.queue_id = mine.queue_id
+       WHERE s.namespace_id = p_namespace_id AND s.last_seen_at >= v_now - INTERVAL 5 SECOND
+         AND s.id <> v_session AND s.state = 'OPEN' AND s.in_flight = 0;
+      SET v_cap = LEAST(v_want, CEIL(v_found / (1 + v_live)));
+    ELSE
+      SET v_cap = LEAST(v_want, v_found);
+    END IF;
+
+    -- Grant in (priority, id) order across the queues. The application row is locked by this
+    -- claim, so its active count read under that lock (again after a recovery) plus this
+    -- call's grants is exact.
+    SET v_take = LEAST(v_cap, IF(v_app_max IS NULL, v_cap,
+                                 GREATEST(CAST(v_app_max AS SIGNED) - CAST(v_app_active AS SIGNED), 0)));
+    IF v_take > 1 THEN
+      -- Fast path: when each of the first v_take candidates would be granted by attempt_grant
+      -- (still READY, deadline ahead, its queue has room for this claim's grants, its key free
+      -- with this task as candidate and token space left), they are granted set-based, a
+      -- statement per step instead of ~12 per grant, with attempt_grant's effects. Otherwise
+      -- the loop below grants one by one, skipping what attempt_grant refuses. A single grant
+      -- always takes the loop: the set-based steps cost more than one attempt_grant.
+      -- Every candidate was inserted taken; the last ones beyond v_take are put back.
+      IF v_take < v_found THEN
+        SET v_drop = v_found - v_take;
+        UPDATE claim_candidates_mem SET take = 0 ORDER BY priority DESC, task_id DESC LIMIT v_drop;
+      END IF;
+      SELECT SUM(keyed), SUM(late) INTO v_keyed, v_bad FROM claim_candidates_mem WHERE take = 1;
+      IF v_keyed > 0 THEN
+        -- The keyed candidates' key rows, locked before their tokens are computed (K7).
+        -- STRAIGHT_JOIN: from the candidates to their rows, never from a key to its (parked)
+        -- tasks.
+        SELECT COUNT(*) INTO v_ignored
+          FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+          STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
+         WHERE c.take = 1 AND c.keyed = 1
+           FOR UPDATE;
+        UPDATE claim_candidates_mem c
+          STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+          STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
+            ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
+           SET c.resource_id = r.id, c.token = IF(r.token = 18446744073709551615, 0, r.token + 1)
+         WHERE c.take = 1 AND c.keyed = 1;
+        -- A keyed grant needs its key free, this task its candidate, and token space left (a
+        -- key row that is missing leaves resource_id and token 0).
+        SELECT COUNT(*) INTO v_bad
+          FROM claim_candidates_mem c
+          LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
+         WHERE c.take = 1
+           AND (c.late = 1
+                OR (c.keyed = 1 AND (r.id IS NULL OR r.holder_attempt_id IS NOT NULL
+                                     OR NOT (r.candidate_task_id <=> c.task_id) OR c.token = 0)));
+      END IF;
+      IF v_bad = 0 AND v_limited > 0 THEN
+        SELECT COUNT(*) INTO v_bad
+          FROM (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c
+          JOIN queues q ON q.id = c.queue_id
+         WHERE q.max_concurrency IS NOT NULL AND q.active_attempts + c.n > q.max_concurrency;
+      END IF;
+    END IF;
+    IF v_take > 1 AND v_bad = 0 THEN
+      INSERT INTO attempts (public_id, task_id, namespace_id, application_id, queue_id,
+                            session_id, attempt_number, concurrency_token, state,
+                            lease_expires_at, created_at)
+      SELECT new_public_id(), t.id, t.namespace_id, t.application_id, t.queue_id, v_session,
+             c.attempt_number, c.token, 'LEASED', c.expires_at, v_now
+        FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+       WHERE c.take = 1 ORDER BY c.priority, c.task_id;
+      UPDATE claim_candidates_mem c
+        STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_number) ON a.task_id = c.task_id AND a.attempt_number = c.attempt_number
+         SET c.attempt_id = a.id WHERE c.take = 1;
+      -- A queue permit for each grant and a key permit for each keyed one, in one statement:
+      -- MySQL cannot open one temporary table twice in a query, so the kinds are a derived row
+      -- pair joined to the group.
+      INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
+      SELECT c.attempt_id, k.kind, IF(k.kind = 'KEY', c.resource_id, c.queue_id),
+             IF(k.kind = 'KEY', c.resource_id, NULL), c.expires_at, v_now
+        FROM claim_candidates_mem c
+        STRAIGHT_JOIN (SELECT 'QUEUE' AS kind UNION ALL SELECT 'KEY') k
+       WHERE c.take = 1 AND (k.kind = 'QUEUE' OR c.resource_id > 0);
+      IF v_keyed > 0 THEN
+        UPDATE claim_candidates_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
+           SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,
+               r.candidate_task_id = NULL, r.updated_at = v_now;
+      END IF;
+      UPDATE claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
+         SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,
+             t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
+      UPDATE queues q
+        JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c
+          ON c.queue_id = q.id
+         SET q.active_attempts = q.active_attempts + c.n;
+      INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
+                                from_state, to_state, actor, details, created_at)
+      SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'CLAIMED', 'WAITING', 'LEASED',
+             v_actor, NULL, v_now
+        FROM claim_candidates_mem WHERE take = 1 ORDER BY attempt_id;
+      SELECT COUNT(*), MIN(attempt_id) INTO v_granted, v_first_attempt
+        FROM claim_candidates_mem WHERE take = 1;
+    ELSE
+    grants: BEGIN
+      DECLARE v_done TINYINT DEFAULT 0;
+      DECLARE c_grant CURSOR FOR SELECT task_id FROM claim_candidates_mem ORDER BY priority, task_id;
+      DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+      OPEN c_grant;
+      grant_loop: LOOP
+        IF v_granted >= v_cap THEN LEAVE grant_loop; END IF;
+        IF v_app_max IS NOT NULL AND v_app_active + v_granted >= v_app_max THEN LEAVE grant_loop; END IF;
+        -- Reset before each fetch: a no-data condition inside attempt_grant must not end the loop.
+        SET v_done = 0;
+        FETCH c_grant INTO v_next;
+        IF v_done = 1 THEN LEAVE grant_loop; END IF;
+        CALL attempt_grant(v_next, v_session, v_now, v_actor, v_item);
+        IF v_item IS NOT NULL THEN
+          SET v_granted = v_granted + 1;
+          IF v_first_attempt IS NULL THEN SET v_first_attempt = v_item; END IF;
+        END IF;
+      END LOOP;
+      CLOSE c_grant;
+    END grants;
+    END IF;
+    IF v_granted > 0 THEN
+      UPDATE applications SET active_attempts = active_attempts + v_granted WHERE id = v_app;
+    END IF;
+  END IF;
+  -- Seen now, with what it holds: one write of the session row, at the end (nothing in this
+  -- transaction reads the session's own last_seen_at).
+  UPDATE worker_sessions SET last_seen_at = v_now, in_flight = in_flight + v_granted WHERE id = v_session;
+  SET p_first_attempt = v_first_attempt;
+END

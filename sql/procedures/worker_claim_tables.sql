@@ -1,0 +1,16 @@
+-- worker_claim_tables: the candidates table of worker_claim_grant, made (once per connection)
+-- and emptied. Called before the transaction: some DDL commits implicitly (sql/README.md,
+-- "Set-based paths").
+CREATE PROCEDURE worker_claim_tables()
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  CREATE TEMPORARY TABLE IF NOT EXISTS claim_candidates_mem (
+    task_id BIGINT UNSIGNED NOT NULL PRIMARY KEY, priority TINYINT UNSIGNED NOT NULL,
+    take TINYINT NOT NULL, queue_id BIGINT UNSIGNED NOT NULL,
+    keyed TINYINT NOT NULL, late TINYINT NOT NULL,
+    resource_id BIGINT UNSIGNED NOT NULL DEFAULT 0, token BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    attempt_number INT UNSIGNED NOT NULL, attempt_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    expires_at DATETIME(6) NOT NULL
+  ) ENGINE=MEMORY;
+  DELETE FROM claim_candidates_mem;
+END
