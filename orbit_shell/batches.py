@@ -1,5 +1,6 @@
-"""The batch procedures (task_submit_many, attempt_start_many, attempt_result_many): one
-transaction for many items, each answered with its own data or its own error.
+"""The batch procedures (task_submit_many, attempt_start_many, attempt_result_many, and
+worker_report_claim, results and a claim): one transaction for many items, each answered with
+its own data or its own error.
 
 The HTTP routes and the MySQL worker transport call these, so the two transports batch the
 same way (W9).
@@ -63,17 +64,37 @@ def result_many(
     """attempt_result per item, in order: ``{attempt_id, task_id, duplicate}`` or the item's
     error. Results and errors travel as the same canonical JSON text the single call sends, so
     a result repeated through either route is recognised as a duplicate."""
-    wire = [
-        {
-            "attempt_id": item["attempt_id"],
-            "outcome": item["outcome"],
-            "retryable": int(bool(item.get("retryable"))),
-            "result": _text(item.get("result")),
-            "error": _text(item.get("error")),
-        }
-        for item in items
-    ]
-    [rows] = db.call("attempt_result_many", namespace_id, session_id, _json(wire))
+    [rows] = db.call("attempt_result_many", namespace_id, session_id, _result_wire(items))
+    return _result_answers(rows)
+
+
+def report_claim(
+    db: Database, namespace_id: int, session_id: str, items: list[dict[str, Any]], max: int
+) -> tuple[list[dict[str, Any] | errors.OrbitError], list[dict[str, Any]]]:
+    """worker_report_claim: ``result_many``'s answers for ``items``, then the ``task.assign``
+    messages of a claim of up to ``max`` (no long poll), committed together."""
+    rows, granted = db.call(
+        "worker_report_claim", namespace_id, session_id, _result_wire(items), max
+    )[:2]
+    return _result_answers(rows), [serialize.assignment(r) for r in granted]
+
+
+def _result_wire(items: list[dict[str, Any]]) -> str:
+    return _json(
+        [
+            {
+                "attempt_id": item["attempt_id"],
+                "outcome": item["outcome"],
+                "retryable": int(bool(item.get("retryable"))),
+                "result": _text(item.get("result")),
+                "error": _text(item.get("error")),
+            }
+            for item in items
+        ]
+    )
+
+
+def _result_answers(rows: list[dict[str, Any]]) -> list[dict[str, Any] | errors.OrbitError]:
     return [
         signal_error(r["item_error"])
         if r["item_error"]

@@ -49,6 +49,12 @@ class Transport(Protocol):
     def start_many(self, session_id: str, attempt_ids: list[str]) -> list[Any]: ...
     def result_many(self, session_id: str, results: list[dict[str, Any]]) -> list[Any]: ...
 
+    # result_many's answers, then the task.assign messages of a claim of up to ``max`` made in
+    # the same transaction (no long poll).
+    def report_and_claim(
+        self, session_id: str, results: list[dict[str, Any]], max: int
+    ) -> tuple[list[Any], list[dict[str, Any]]]: ...
+
 
 class HttpTransport:
     """The default: the W7 routes with a bearer token."""
@@ -122,6 +128,14 @@ class HttpTransport:
                 safe=True,
             )[1]
         )
+
+    def report_and_claim(self, session_id, results, max):
+        data = self.client.request(
+            "POST",
+            f"/v1/workers/{session_id}/report-and-claim",
+            {"results": results, "max": max},
+        )[1]
+        return batch_results(data), data["assignments"]
 
 
 class MysqlTransport:
@@ -263,6 +277,17 @@ class MysqlTransport:
             validation.ATTEMPT_RESULT_BATCH, {"session_id": session_id, "results": results}
         )
         return self._batch(batches.result_many, session_id, body["results"])
+
+    def report_and_claim(self, session_id, results, max):
+        body = self._check(validation.WORKER_REPORT_CLAIM, {"results": results, "max": max})
+        granted: list[dict[str, Any]] = []
+
+        def call(db, namespace_id, session_id, items):
+            answers, assignments = batches.report_claim(db, namespace_id, session_id, items, max)
+            granted.extend(assignments)
+            return answers
+
+        return self._batch(call, session_id, body["results"]), granted
 
     def _batch(self, fn, session_id, items):
         try:

@@ -368,24 +368,27 @@ ATTEMPT_START_BATCH = Shape(
         "attempt_ids": Field(ListOf(Hex32(), 1, BATCH_MAX), required=True),
     }
 )
+# One item of a batch of results: an attempt's result, named by its id.
+RESULT_ITEM = Object(
+    Shape(
+        {
+            "attempt_id": Field(Hex32(), required=True),
+            **{k: f for k, f in ATTEMPT_RESULT.fields.items() if k != "session_id"},
+        }
+    )
+)
 ATTEMPT_RESULT_BATCH = Shape(
     {
         "session_id": Field(Hex32(), required=True),
-        "results": Field(
-            ListOf(
-                Object(
-                    Shape(
-                        {
-                            "attempt_id": Field(Hex32(), required=True),
-                            **{k: f for k, f in ATTEMPT_RESULT.fields.items() if k != "session_id"},
-                        }
-                    )
-                ),
-                1,
-                BATCH_MAX,
-            ),
-            required=True,
-        ),
+        "results": Field(ListOf(RESULT_ITEM, 1, BATCH_MAX), required=True),
+    }
+)
+# POST /v1/workers/{session_id}/report-and-claim: the results, then a claim without the long
+# poll (max 0 claims nothing).
+WORKER_REPORT_CLAIM = Shape(
+    {
+        "results": Field(ListOf(RESULT_ITEM, 1, BATCH_MAX), required=True),
+        "max": Field(Integer(0, BATCH_MAX), required=True),
     }
 )
 

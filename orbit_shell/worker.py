@@ -6,7 +6,8 @@ one claim returned is started in one request, and outcomes are reported in batch
 finishes within ``report_linger`` of the first, sent at once when nothing else is in flight),
 each attempt keeping its own answer. With ``prefetch`` the worker holds up to that many
 claimed attempts beyond its running handlers, not started, so a freed handler starts the next
-one without waiting for a report and a claim::
+one without waiting for a report and a claim. A report also claims the slots it frees, in the
+same transaction (``claim_with_report``), so a round without prefetch is two requests::
 
     worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
 
@@ -33,7 +34,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,6 +162,11 @@ class Worker:
         report_linger: seconds a finished outcome waits for others to share its report (the
             handlers of one claim tend to finish together; one request beats several). A
             report goes at once when it holds everything in flight: nothing else could join.
+        claim_with_report: a report claims the slots it frees in the same request and
+            transaction (``POST /v1/workers/{id}/report-and-claim``), one request and one
+            commit fewer per round. Where the server refuses that call (an older server, or a
+            direct account without EXECUTE on it) the worker says so once and reports and
+            claims apart from then on.
     """
 
     def __init__(
@@ -178,6 +184,7 @@ class Worker:
         drain_timeout: float = 30.0,
         max_idle_backoff: float = 5.0,
         report_linger: float = 0.005,
+        claim_with_report: bool = True,
     ) -> None:
         if transport is None:
             if not (url and token):
@@ -200,6 +207,7 @@ class Worker:
         self.drain_timeout = drain_timeout
         self.max_idle_backoff = max_idle_backoff
         self.report_linger = report_linger
+        self.claim_with_report = claim_with_report
         self.handlers: dict[tuple[str, str], Handler] = {}
         self.guard = ProtocolGuard(concurrency_keys)
         self.session_id: str | None = None
@@ -297,7 +305,7 @@ class Worker:
                     "in_flight": len(hello.in_flight),
                 },
             )
-            self._dispatch(hello.in_flight, pool)
+            self._dispatch(hello.in_flight)
             return True
         return False
 
@@ -319,10 +327,12 @@ class Worker:
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, self.max_idle_backoff)
                 continue
-            self._dispatch(assignments, pool)
+            self._dispatch(assignments)
 
-    def _dispatch(self, wires: list[dict[str, Any]], pool: ThreadPoolExecutor) -> None:
-        """Check the assignments (W5) and queue them for the starter."""
+    def _dispatch(self, wires: list[dict[str, Any]], released: Sequence[TaskEvent] = ()) -> None:
+        """Check the assignments (W5) and queue them for the starter. ``released`` (reported
+        events) leave the slots in the same step, so the claim loop never sees the slots a
+        report-and-claim refilled as free."""
         events = []
         for wire in wires:
             if wire["attempt_id"] in self.inflight:
@@ -336,9 +346,11 @@ class Worker:
                     exc,
                     extra={"action": "worker.protocol", "attempt_id": wire.get("attempt_id")},
                 )
-        if not events:
+        if not (events or released):
             return
         with self._slots:
+            for event in released:
+                self.inflight.pop(event.attempt_id, None)
             for event in events:
                 self.inflight[event.attempt_id] = event
             self._waiting.extend(events)
@@ -482,16 +494,33 @@ class Worker:
             for event, outcome, retryable, result, error in batch
         ]
         answers: list[Any] = [None] * len(batch)
+        wires: list[dict[str, Any]] = []
+        want = self._claim_with(len(batch))
         backoff = 0.1
         for _ in range(8):  # an identical result is idempotent, so resending the batch is safe
             try:
-                answers = self.transport.result_many(self.session_id, payload)
+                if want:
+                    answers, wires = self.transport.report_and_claim(self.session_id, payload, want)
+                else:
+                    answers = self.transport.result_many(self.session_id, payload)
                 break
             except UnavailableError as exc:
+                # Resent as results alone: a second claim is not idempotent. What a lost answer
+                # granted, if it committed, is never started and comes back when its lease ends.
+                want = 0
                 log.warning("results failed, retrying: %s", exc, extra={"action": "worker.result"})
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
             except ApiError as exc:
+                if want:
+                    want = 0
+                    self.claim_with_report = False
+                    log.warning(
+                        "report-and-claim refused (%s): reporting and claiming apart from now on",
+                        exc,
+                        extra={"action": "worker.result"},
+                    )
+                    continue
                 log.error("results refused: %s", exc, extra={"action": "worker.result"})
                 answers = [exc] * len(batch)
                 break
@@ -509,7 +538,16 @@ class Worker:
                 log.error("result refused: %s", answer, extra={"action": "worker.result", **ids})
             else:
                 log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
-            self._release_slot(event)
+        self._dispatch(wires, released=[event for event, *_ in batch])
+
+    def _claim_with(self, reported: int) -> int:
+        """How many a report of ``reported`` attempts should claim: the slots free once they
+        are recorded (0: report alone, when draining or told not to)."""
+        if not self.claim_with_report or self._stopping.is_set():
+            return 0
+        with self._slots:
+            free = self.capacity + self.prefetch - (len(self.inflight) - reported)
+        return max(0, min(free, BATCH_MAX))
 
     def _renew_loop(self) -> None:
         interval = max(0.2, self.lease_seconds / 3)

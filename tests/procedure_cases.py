@@ -22,6 +22,7 @@ PROCEDURES = [
     "attempt_start",
     "attempt_start_many",
     "attempt_result_many",
+    "worker_report_claim",
     "attempt_renew",
     "schedule_add_version",
     "schedule_set_state",
@@ -122,6 +123,17 @@ def cases(eng, s):
     ns = eng.t.namespace_id
     attempt = lambda key: ("SELECT id FROM attempts WHERE public_id = %s FOR UPDATE", key)  # noqa: E731
     task = lambda key: ("SELECT id FROM tasks WHERE public_id = %s FOR UPDATE", key)  # noqa: E731
+    succeeded_running = json.dumps(
+        [
+            {
+                "attempt_id": s["running"],
+                "outcome": "succeeded",
+                "retryable": 0,
+                "result": "",
+                "error": "",
+            }
+        ]
+    )
     return {
         "task_submit": (
             APP,
@@ -196,17 +208,17 @@ def cases(eng, s):
             (
                 ns,
                 s["session"],
-                json.dumps(
-                    [
-                        {
-                            "attempt_id": s["running"],
-                            "outcome": "succeeded",
-                            "retryable": 0,
-                            "result": "",
-                            "error": "",
-                        }
-                    ]
-                ),
+                succeeded_running,
+            ),
+        ),
+        "worker_report_claim": (
+            APP,
+            attempt("running"),
+            (
+                ns,
+                s["session"],
+                succeeded_running,
+                1,
             ),
         ),
         "schedule_add_version": (

@@ -60,11 +60,15 @@ def item(answer: Any, status: int = 200) -> dict[str, Any]:
 
 
 def in_scope_batch(
-    items: list[Any], prepare: Callable[[Any], Any], run: Callable[[list[Any]], list[Any]]
+    items: list[Any],
+    prepare: Callable[[Any], Any],
+    run: Callable[[list[Any]], list[Any]],
+    run_empty: bool = False,
 ) -> list[Any]:
     """Answers of a batch in the request's order. ``prepare`` checks an item against the
     credential's scope and returns what to send for it; an item it answers NOT_FOUND for is
-    never sent. The rest go to ``run`` in one call."""
+    never sent. The rest go to ``run`` in one call, made with none left only if
+    ``run_empty`` (a call that does more than the items)."""
     answers: list[Any] = [None] * len(items)
     chosen, prepared = [], []
     for i, one in enumerate(items):
@@ -73,7 +77,7 @@ def in_scope_batch(
             chosen.append(i)
         except errors.NotFound as exc:
             answers[i] = exc
-    if prepared:
+    if prepared or run_empty:
         for i, answer in zip(chosen, run(prepared), strict=True):
             answers[i] = answer
     return answers

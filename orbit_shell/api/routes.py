@@ -160,6 +160,18 @@ ROUTES: list[Route] = [
         {"post": Op("Claim tasks (bounded long poll)", "workers:consume", v.WORKER_CLAIM)},
     ),
     Route(
+        "/v1/workers/{session_id}/report-and-claim",
+        "workers",
+        "report_claim",
+        {
+            "post": Op(
+                "Report up to 100 outcomes, then claim up to max tasks, in one transaction",
+                "workers:consume",
+                v.WORKER_REPORT_CLAIM,
+            )
+        },
+    ),
+    Route(
         "/v1/workers/{session_id}/goodbye",
         "workers",
         "goodbye",

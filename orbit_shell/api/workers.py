@@ -1,4 +1,4 @@
-"""Worker sessions: hello, claim (bounded long poll), goodbye (W1, W2, W7)."""
+"""Worker sessions: hello, claim (bounded long poll), report-and-claim, goodbye (W1, W2, W7)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import falcon
 
-from .. import longpoll, serialize, validation
-from .common import ok, read_json, scope
+from .. import batches, longpoll, serialize, validation
+from .common import in_scope_batch, item, ok, read_json, scope
 
 
 class Workers:
@@ -56,6 +56,30 @@ class Workers:
             lambda: bool(s.db.call("session_ready", s.namespace_id, session_id)[0][0]["ready"]),
         )
         ok(req, resp, {"assignments": [serialize.assignment(r) for r in rows]})
+
+    def on_post_report_claim(
+        self, req: falcon.Request, resp: falcon.Response, session_id: str
+    ) -> None:
+        """The results of a batch (each its own answer, as POST /v1/attempts/result), then a
+        claim of up to ``max`` without the long poll, in one transaction: a worker's round
+        between handlers finishing and new ones starting, one call instead of two."""
+        s = scope(req, "workers:consume")
+        body = read_json(req, validation.WORKER_REPORT_CLAIM, self.max_body)
+        granted: list = []
+
+        def prepare(result: dict) -> dict:
+            s.check_attempt_queue(result["attempt_id"])
+            return result
+
+        def run(chosen: list[dict]) -> list:
+            answers, assignments = batches.report_claim(
+                s.db, s.namespace_id, session_id, chosen, body["max"]
+            )
+            granted.extend(assignments)
+            return answers
+
+        answers = in_scope_batch(body["results"], prepare, run, run_empty=True)
+        ok(req, resp, {"results": [item(a) for a in answers], "assignments": granted})
 
     def on_post_goodbye(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
         s = scope(req, "workers:connect")

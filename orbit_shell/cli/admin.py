@@ -106,6 +106,7 @@ WORKER_PROCEDURES = (
     "attempt_result",
     "attempt_start_many",
     "attempt_result_many",
+    "worker_report_claim",
     "worker_goodbye",
 )
 CREDENTIAL_ID = re.compile(r"^[0-9a-f]{16}$")

@@ -209,7 +209,102 @@ def test_batched_submissions_and_batched_worker_calls(make_worker, api):
     )
     assert [r["duplicate"] for r in reported] == [False, True]
     assert api.get_task(done.task_id).state == "SUCCEEDED"
+    # A report that claims: answered per item, then what the claim granted.
+    [second] = api.submit_tasks([(f"{prefix}-after", request(101))])
+    reported, granted = transport.report_and_claim(
+        hello.session_id,
+        [{**result, "result": None, "error": None}, {**result, "attempt_id": "e" * 32}],
+        4,
+    )
+    assert reported[0]["duplicate"] is True and isinstance(reported[1], NotFoundError)
+    assert [a["task"]["task_id"] for a in granted] == [second.task_id]
     transport.goodbye(hello.session_id)
+
+
+class Counting:
+    """A real transport whose calls are counted (what a worker asked, not what it got)."""
+
+    def __init__(self, transport):
+        self.transport, self.calls, self.granted = transport, defaultdict(int), defaultdict(int)
+
+    def __getattr__(self, name):
+        call = getattr(self.transport, name)
+
+        def counted(*args, **kwargs):
+            self.calls[name] += 1
+            answer = call(*args, **kwargs)
+            if name == "claim":
+                self.granted[name] += len(answer)
+            elif name == "report_and_claim":
+                self.granted[name] += len(answer[1])
+            return answer
+
+        return counted
+
+
+@pytest.mark.parametrize("claim_with_report", [True, False])
+def test_reports_refill_the_slots_they_free_without_prefetch(make_worker, api, claim_with_report):
+    """Without prefetch a slot frees only once its result is recorded; a report that claims
+    refills it in the same request, so after the first claim the claims come from reports."""
+    q = api.create_queue("refill").queue_id
+    prefix = secrets.token_hex(4)
+    receipts = api.submit_tasks(
+        [
+            (
+                f"{prefix}-{n}",
+                SubmitTaskRequest(
+                    queue_id=q,
+                    handler="job",
+                    handler_version="v1",
+                    payload_version="v1",
+                    payload=n,
+                ),
+            )
+            for n in range(40)
+        ]
+    )
+    worker = make_worker([q], capacity=10, claim_with_report=claim_with_report)
+    worker.transport = counting = Counting(worker.transport)
+    worker.register("job", "v1", lambda event: None)
+    worker.start()
+    assert set(_wait(api, [r.task_id for r in receipts]).values()) == {"SUCCEEDED"}
+    assert counting.granted["claim"] + counting.granted["report_and_claim"] == 40
+    if claim_with_report:
+        assert counting.granted["report_and_claim"] >= 20, dict(counting.granted)
+    else:
+        assert counting.calls["report_and_claim"] == 0
+
+
+def test_an_account_without_report_and_claim_reports_and_claims_apart(
+    orbit_dsn, server, tenant, api, tmp_path, caplog
+):
+    """An account made before worker_report_claim existed may not EXECUTE it: its worker says
+    so once and reports and claims in separate calls, losing no result."""
+    name = "orbit_apart_" + secrets.token_hex(3)
+    dsn = _account_dsn(orbit_dsn, server, name, tmp_path / "apart.json")
+    conn = db.connect(orbit_dsn)
+    try:
+        with conn.cursor() as cur:
+            schema_name = db.parse_dsn(orbit_dsn)["database"]
+            cur.execute(
+                f"REVOKE EXECUTE ON PROCEDURE `{schema_name}`.`worker_report_claim` "
+                "FROM %s@'localhost'",
+                (name,),
+            )
+    finally:
+        conn.close()
+    q = api.create_queue("apart").queue_id
+    transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
+    worker = Worker([q], transport=transport, capacity=2, wait_ms=300)
+    worker.register("job", "v1", lambda event: event.payload["n"])
+    worker.start()
+    try:
+        ids = [_submit(api, q) for _ in range(6)]
+        assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+    finally:
+        assert worker.drain(timeout=10)
+    assert worker.claim_with_report is False
+    assert caplog.text.count("report-and-claim refused") == 1
 
 
 def test_a_report_holding_everything_in_flight_is_sent_without_lingering(make_worker, api):
@@ -360,6 +455,10 @@ def test_both_transports_refuse_bad_worker_calls_alike(orbit_server, tenant, wor
         "results item": lambda t, s: t.result_many(s, [{"attempt_id": a, "outcome": "x"}]),
         "results field": lambda t, s: t.result_many(
             s, [{"attempt_id": a, "outcome": "succeeded", "extra": 1}]
+        ),
+        "report-and-claim none": lambda t, s: t.report_and_claim(s, [], 1),
+        "report-and-claim 101": lambda t, s: t.report_and_claim(
+            s, [{"attempt_id": a, "outcome": "succeeded"}], 101
         ),
     }
     for name, call in calls.items():

@@ -1,0 +1,53 @@
+-- worker_report_claim: the results of up to 100 attempts of one session, then a claim of up
+-- to p_max tasks for it, in ONE transaction (POST /v1/workers/{session_id}/report-and-claim).
+-- It is what a worker does between two rounds when its slots free only as their results are
+-- recorded: one call and one commit where attempt_result_many and worker_claim take two, and
+-- the slots the results free are free for the claim (bench/README.md, session 11).
+-- Each half keeps its own semantics: the results are attempt_result_many's (each item
+-- answered with its own outcome or error), the claim worker_claim's without the long poll
+-- (capacity, quotas, keys, fairness and recovery alike). The claim never costs the results:
+-- an unknown session answers every item LEASE_LOST and claims nothing; a closed one has its
+-- results recorded and claims nothing (its next worker_claim says STATE_CONFLICT).
+-- Params: namespace, session public id, items (as attempt_result_many), max (0..100, checked
+--   by the shell; 0 claims nothing).
+-- Result sets: attempt_result_many's (one row per item), then worker_claim's (task.assign
+--   rows of the attempts granted by this call).
+--
+-- Locks: attempt_result_apply's, then worker_claim_grant's. Both take the applications row
+-- first and hold it to the commit, as every writer of an application does, so the rows after
+-- it are never locked in another order by a concurrent transaction of the application.
+-- Deadlocks and lock-wait timeouts roll back both halves (outer handler); the shell retries
+-- the call whole.
+CREATE PROCEDURE worker_report_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
+                                     IN p_items MEDIUMTEXT, IN p_max INT UNSIGNED)
+  MODIFIES SQL DATA SQL SECURITY DEFINER
+BEGIN
+  DECLARE v_session BIGINT UNSIGNED;
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_out MEDIUMTEXT;
+  DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+
+  CALL attempt_result_tables();
+  CALL worker_claim_tables();
+  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+  START TRANSACTION;
+  CALL attempt_result_apply(p_namespace_id, p_session_public_id, p_items, v_session, v_app, v_out);
+  IF v_session IS NOT NULL AND p_max > 0 THEN
+    -- A closed session signals STATE_CONFLICT in the grant before it writes anything; the
+    -- savepoint keeps that from undoing the results all the same.
+    SAVEPOINT claim_half;
+    claim_half: BEGIN
+      DECLARE EXIT HANDLER FOR SQLSTATE '45000'
+      BEGIN
+        ROLLBACK TO SAVEPOINT claim_half;
+        SET v_first_attempt = NULL;
+      END;
+      CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max,
+                              v_first_attempt);
+    END claim_half;
+  END IF;
+  COMMIT;
+  CALL attempt_result_answers(v_out);
+  CALL session_assignments(COALESCE(v_session, 0), COALESCE(v_first_attempt, 18446744073709551615));
+END
