@@ -1,11 +1,13 @@
 """An SDK worker process with a no-op handler, for the end-to-end benchmark: over HTTP, or
-over the direct MySQL transport when ``ORBIT_WORKER_DSN`` is set.
+over the direct MySQL transport when ``ORBIT_WORKER_DSN`` is set; ``CLAIM_WITH_REPORT=0``
+reports and claims in separate calls (the worker's ``claim_with_report``).
 
-On exit it prints its peak RSS and, per worker call (claim, start, result), how many requests
-it made, how many attempts they carried (the batch sizes the run actually reached) and the
-seconds it waited on them. Claims that came back empty are counted apart (``claim_empty``):
-each is a long poll that waited up to ``wait_ms`` for work, such as the last one of a drain,
-and would otherwise add a second to the claims' total."""
+On exit it prints its peak RSS and, per worker call (claim, start, result, report_claim), how
+many requests it made, how many attempts they carried (the batch sizes the run actually
+reached; for report_claim, the results) and the seconds it waited on them. Claims that came
+back empty are counted apart (``claim_empty``): each is a long poll that waited up to
+``wait_ms`` for work, such as the last one of a drain, and would otherwise add a second to the
+claims' total."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ def main() -> None:
         prefetch=int(os.environ.get("PREFETCH", "0")),
         wait_ms=1000,
         drain_timeout=10,
+        claim_with_report=os.environ.get("CLAIM_WITH_REPORT", "1") == "1",
     )
     worker.register("noop", "v1", lambda event: None)
     counts: dict[str, tuple[int, int, float]] = {}
@@ -63,6 +66,9 @@ def main() -> None:
     t.claim = counted(t.claim, "claim", counts, lock, lambda a, out: len(out))
     t.start_many = counted(t.start_many, "start", counts, lock, lambda a, out: len(a[1]))
     t.result_many = counted(t.result_many, "result", counts, lock, lambda a, out: len(a[1]))
+    t.report_and_claim = counted(
+        t.report_and_claim, "report_claim", counts, lock, lambda a, out: len(a[1])
+    )
     # CLOCK_MONOTONIC, comparable across processes: the drain's clock starts here.
     print(f"ready={time.monotonic()}", flush=True)
     worker.run(install_signals=True)

@@ -683,6 +683,7 @@ def e2e(
     prefetch: int = 0,
     direct: bool = False,
     rate: float = 0.0,
+    claim_with_report: bool = True,
 ) -> dict:
     """Producers and SDK worker processes together; with ``drain`` the tasks are all submitted
     first and the clock starts when the workers do (the peer's way of measuring). Producers
@@ -699,6 +700,7 @@ def e2e(
         QUEUE_IDS=queue,
         CAPACITY=str(capacity),
         PREFETCH=str(prefetch),
+        CLAIM_WITH_REPORT="1" if claim_with_report else "0",
     )
     if direct:  # the SDK workers call the procedures over MySQL (W9) instead of HTTP
         env.update(
@@ -815,6 +817,7 @@ def e2e(
         "submit_batch": batch,
         "capacity": capacity,
         "prefetch": prefetch,
+        "claim_with_report": claim_with_report,
         "transport": "mysql" if direct else "http",
         "worker_startup_s": startup,
         "paced_submit_per_s": rate,
@@ -854,17 +857,20 @@ def peer(bench: Bench, url: str, jobs: int, rounds: int = 3) -> dict:
     out = {}
     # Orbit's worker: over HTTP or the direct MySQL transport; without prefetch, one batch
     # ahead (10), and 4x its concurrency ahead (40, Celery's default prefetch multiplier).
+    # Each reports and claims in one call; mysql_apart is the direct way without prefetch
+    # reporting and claiming in separate calls (claim_with_report=False), as before session 11.
     ways = {
-        f"{transport}{f'_prefetch{ahead}' if ahead else ''}": (transport == "mysql", ahead)
+        f"{transport}{f'_prefetch{ahead}' if ahead else ''}": (transport == "mysql", ahead, True)
         for transport in ("http", "mysql")
         for ahead in (0, 10, 40)
     }
+    ways["mysql_apart"] = (True, 0, False)
     for keys in (0, 1000):
         theirs: list[float] = []
         mine: dict[str, list[dict]] = {way: [] for way in ways}
         for n in range(rounds if keys == 0 else 1):
             theirs.append(peer_procrastinate.run(jobs, keys, 10)["jobs_per_s"])
-            for way, (direct, prefetch) in ways.items():
+            for way, (direct, prefetch, together) in ways.items():
                 if n and prefetch:
                     continue
                 mine[way].append(
@@ -880,6 +886,7 @@ def peer(bench: Bench, url: str, jobs: int, rounds: int = 3) -> dict:
                         drain=True,
                         prefetch=prefetch,
                         direct=direct,
+                        claim_with_report=together,
                     )
                 )
         peer_rate = statistics.median(theirs)
