@@ -4,18 +4,28 @@
 CREATE PROCEDURE attempt_result_answers(IN p_out MEDIUMTEXT)
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
-  SELECT x.seq, x.item_error, x.attempt_id, x.task_id, x.duplicate
-    FROM (SELECT f.seq, NULL AS item_error, a.public_id AS attempt_id, t.public_id AS task_id,
-                 0 AS duplicate
-            FROM result_rows_mem f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
-            STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
-          UNION ALL
-          SELECT j.seq, NULLIF(j.error, ''), j.attempt_id, t.public_id, j.duplicate
-            FROM JSON_TABLE(p_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
-                                                   attempt_id CHAR(32) PATH '$.attempt_id',
-                                                   task BIGINT UNSIGNED PATH '$.task',
-                                                   duplicate TINYINT PATH '$.duplicate',
-                                                   error VARCHAR(512) PATH '$.error')) j
-            LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = j.task) x
-   ORDER BY x.seq;
+  IF p_out = '[]' THEN
+    -- Every item went with the group, the common case: its rows alone, without the union's
+    -- derived table (about a third of this answer's time, session 11's profile).
+    SELECT f.seq, NULL AS item_error, a.public_id AS attempt_id, t.public_id AS task_id,
+           0 AS duplicate
+      FROM result_rows_mem f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+      STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+     ORDER BY f.seq;
+  ELSE
+    SELECT x.seq, x.item_error, x.attempt_id, x.task_id, x.duplicate
+      FROM (SELECT f.seq, NULL AS item_error, a.public_id AS attempt_id, t.public_id AS task_id,
+                   0 AS duplicate
+              FROM result_rows_mem f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+              STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+            UNION ALL
+            SELECT j.seq, NULLIF(j.error, ''), j.attempt_id, t.public_id, j.duplicate
+              FROM JSON_TABLE(p_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
+                                                     attempt_id CHAR(32) PATH '$.attempt_id',
+                                                     task BIGINT UNSIGNED PATH '$.task',
+                                                     duplicate TINYINT PATH '$.duplicate',
+                                                     error VARCHAR(512) PATH '$.error')) j
+              LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = j.task) x
+     ORDER BY x.seq;
+  END IF;
 END
