@@ -45,6 +45,23 @@ def _account_dsn(orbit_dsn, server, name: str, out) -> str:
     return f"mysql://{url.username}:{url.password}@{server.host}:{server.port}{url.path}{suffix}"
 
 
+def _account_without(orbit_dsn, server, tmp_path, procedure: str) -> str:
+    """A worker account as an older orbit-admin made it: without EXECUTE on ``procedure``."""
+    name = "orbit_old_" + secrets.token_hex(3)
+    dsn = _account_dsn(orbit_dsn, server, name, tmp_path / f"{name}.json")
+    conn = db.connect(orbit_dsn)
+    try:
+        with conn.cursor() as cur:
+            schema_name = db.parse_dsn(orbit_dsn)["database"]
+            cur.execute(
+                f"REVOKE EXECUTE ON PROCEDURE `{schema_name}`.`{procedure}` FROM %s@'localhost'",
+                (name,),
+            )
+    finally:
+        conn.close()
+    return dsn
+
+
 @pytest.fixture(params=["http", "mysql"])
 def make_worker(request, orbit_server, tenant, worker_dsn):
     workers = []
@@ -280,19 +297,7 @@ def test_an_account_without_report_and_claim_reports_and_claims_apart(
 ):
     """An account made before worker_report_claim existed may not EXECUTE it: its worker says
     so once and reports and claims in separate calls, losing no result."""
-    name = "orbit_apart_" + secrets.token_hex(3)
-    dsn = _account_dsn(orbit_dsn, server, name, tmp_path / "apart.json")
-    conn = db.connect(orbit_dsn)
-    try:
-        with conn.cursor() as cur:
-            schema_name = db.parse_dsn(orbit_dsn)["database"]
-            cur.execute(
-                f"REVOKE EXECUTE ON PROCEDURE `{schema_name}`.`worker_report_claim` "
-                "FROM %s@'localhost'",
-                (name,),
-            )
-    finally:
-        conn.close()
+    dsn = _account_without(orbit_dsn, server, tmp_path, "worker_report_claim")
     q = api.create_queue("apart").queue_id
     transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
     worker = Worker([q], transport=transport, capacity=2, wait_ms=300)
@@ -523,18 +528,7 @@ def test_an_account_made_before_the_claim_probe_still_claims(
     """Accounts made by an older `orbit-admin worker-account` lack EXECUTE on session_ready.
     Their workers must keep claiming (say so once, then poll with claims alone), not fail
     every claim until someone re-runs the command, which also changes the password."""
-    name = "orbit_old_" + secrets.token_hex(3)
-    dsn = _account_dsn(orbit_dsn, server, name, tmp_path / "old.json")
-    conn = db.connect(orbit_dsn)
-    try:
-        with conn.cursor() as cur:
-            schema_name = db.parse_dsn(orbit_dsn)["database"]
-            cur.execute(
-                f"REVOKE EXECUTE ON PROCEDURE `{schema_name}`.`session_ready` FROM %s@'localhost'",
-                (name,),
-            )
-    finally:
-        conn.close()
+    dsn = _account_without(orbit_dsn, server, tmp_path, "session_ready")
     transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
     hello = transport.hello("old-" + secrets.token_hex(3), [tenant.queue_id], 2, True)
     assert transport.claim(hello.session_id, 2, 200) == []  # waited, probe refused once
