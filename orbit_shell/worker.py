@@ -6,8 +6,9 @@ one claim returned is started in one request, and outcomes are reported in batch
 finishes within ``report_linger`` of the first, sent at once when nothing else is in flight),
 each attempt keeping its own answer. With ``prefetch`` the worker holds up to that many
 claimed attempts beyond its running handlers, not started, so a freed handler starts the next
-one without waiting for a report and a claim. A report also claims the slots it frees, in the
-same transaction (``claim_with_report``), so a round without prefetch is two requests::
+one without waiting for a report and a claim. When every slot is held, a report also claims the
+slots it frees, in the same transaction (``claim_with_report``), so a round of a busy worker
+without prefetch is two requests::
 
     worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
 
@@ -162,11 +163,11 @@ class Worker:
         report_linger: seconds a finished outcome waits for others to share its report (the
             handlers of one claim tend to finish together; one request beats several). A
             report goes at once when it holds everything in flight: nothing else could join.
-        claim_with_report: a report claims the slots it frees in the same request and
-            transaction (``POST /v1/workers/{id}/report-and-claim``), one request and one
-            commit fewer per round. Where the server refuses that call (an older server, or a
-            direct account without EXECUTE on it) the worker says so once and reports and
-            claims apart from then on.
+        claim_with_report: when every slot is held, a report claims the slots it frees in
+            the same request and transaction (``POST /v1/workers/{id}/report-and-claim``),
+            one request and one commit fewer per round. Where the server refuses that call
+            (an older server, or a direct account without EXECUTE on it) the worker says so
+            once and reports and claims apart from then on.
     """
 
     def __init__(
@@ -541,13 +542,20 @@ class Worker:
         self._dispatch(wires, released=[event for event, *_ in batch])
 
     def _claim_with(self, reported: int) -> int:
-        """How many a report of ``reported`` attempts should claim: the slots free once they
-        are recorded (0: report alone, when draining or told not to)."""
+        """How many a report of ``reported`` attempts should claim: the slots it frees, when
+        every slot is held (0: report alone). With a slot already free the claim loop is
+        claiming or long-polling on its own, and a report that claimed too would split the
+        work that arrives into more, smaller claims, each holding the application row that
+        submissions wait for (bench/README.md, session 11: 0.87x on the e2e run of single
+        submissions)."""
         if not self.claim_with_report or self._stopping.is_set():
             return 0
         with self._slots:
-            free = self.capacity + self.prefetch - (len(self.inflight) - reported)
-        return max(0, min(free, BATCH_MAX))
+            held = len(self.inflight)
+        room = self.capacity + self.prefetch
+        if held < room:
+            return 0
+        return min(room - (held - reported), BATCH_MAX)
 
     def _renew_loop(self) -> None:
         interval = max(0.2, self.lease_seconds / 3)

@@ -292,6 +292,20 @@ def test_reports_refill_the_slots_they_free_without_prefetch(make_worker, api, c
         assert counting.calls["report_and_claim"] == 0
 
 
+def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
+    """A report claims only when every slot is held: with room left the claim loop claims on
+    its own, and a second claimer would split what arrives into more, smaller claims."""
+    q = api.create_queue("room").queue_id
+    worker = make_worker([q], capacity=10)
+    worker.transport = counting = Counting(worker.transport)
+    worker.register("job", "v1", lambda event: None)
+    worker.start()
+    ids = [_submit(api, q) for _ in range(5)]  # never more than 5 of 10 slots held
+    assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+    assert counting.calls["report_and_claim"] == 0
+    assert counting.calls["result_many"] >= 1
+
+
 def test_an_account_without_report_and_claim_reports_and_claims_apart(
     orbit_dsn, server, tenant, api, tmp_path, caplog
 ):
