@@ -84,9 +84,7 @@ def test_the_claim_takes_only_the_slots_free_after_the_results(client, database,
     assert session_row(database, session.id)["in_flight"] == 2
 
 
-def test_a_freed_key_passes_to_its_next_task_with_a_larger_token_in_the_same_call(
-    client, tenant
-):
+def test_a_freed_key_passes_to_its_next_task_with_a_larger_token_in_the_same_call(client, tenant):
     """K6/K7: the result releases the key and promotes its parked task; the claim in the same
     transaction grants it, with the next token."""
     key = "object/" + secrets.token_hex(4)
@@ -127,9 +125,7 @@ def test_a_closed_session_has_its_results_recorded_and_claims_nothing(client, da
     submit(client, tenant)
     session = Session(client, tenant, capacity=1)
     [held] = running(session, 1)
-    bye = client.simulate_post(
-        f"/v1/workers/{session.id}/goodbye", headers=tenant.headers, json={}
-    )
+    bye = client.simulate_post(f"/v1/workers/{session.id}/goodbye", headers=tenant.headers, json={})
     assert bye.status_code == 200, bye.text
     data = report_claim(client, tenant, session.id, [done(held)], 1)["data"]
     assert data["results"][0]["status"] == 200 and data["assignments"] == []
@@ -164,9 +160,7 @@ def test_an_unknown_session_answers_each_result_lease_lost(client, tenant):
         {"results": [{"attempt_id": "0" * 32, "outcome": "succeeded"}], "max": 1, "wait_ms": 5},
     ],
 )
-def test_a_malformed_request_is_refused_whole_and_changes_nothing(
-    client, database, tenant, body
-):
+def test_a_malformed_request_is_refused_whole_and_changes_nothing(client, database, tenant, body):
     submit(client, tenant)
     session = Session(client, tenant, capacity=2)
     [held] = running(session, 1)
