@@ -550,6 +550,8 @@ class Worker:
         submissions)."""
         if not self.claim_with_report or self._stopping.is_set():
             return 0
+        if not hasattr(self.transport, "report_and_claim"):  # a transport made before it
+            return 0
         with self._slots:
             held = len(self.inflight)
         room = self.capacity + self.prefetch

@@ -292,6 +292,28 @@ def test_reports_refill_the_slots_they_free_without_prefetch(make_worker, api, c
         assert counting.calls["report_and_claim"] == 0
 
 
+class WithoutReportAndClaim:
+    """A transport written against the protocol before report_and_claim existed."""
+
+    def __init__(self, transport):
+        self.transport = transport
+
+    def __getattr__(self, name):
+        if name == "report_and_claim":
+            raise AttributeError(name)
+        return getattr(self.transport, name)
+
+
+def test_a_transport_without_report_and_claim_still_reports(make_worker, api):
+    q = api.create_queue("older").queue_id
+    ids = [_submit(api, q) for _ in range(6)]  # queued first: the worker's 2 slots fill
+    worker = make_worker([q], capacity=2)
+    worker.transport = WithoutReportAndClaim(worker.transport)
+    worker.register("job", "v1", lambda event: None)
+    worker.start()
+    assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+
+
 def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
     """A report claims only when every slot is held: with room left the claim loop claims on
     its own, and a second claimer would split what arrives into more, smaller claims."""
@@ -314,11 +336,11 @@ def test_an_account_without_report_and_claim_reports_and_claims_apart(
     dsn = _account_without(orbit_dsn, server, tmp_path, "worker_report_claim")
     q = api.create_queue("apart").queue_id
     transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
+    ids = [_submit(api, q) for _ in range(6)]  # queued first: the worker's 2 slots fill
     worker = Worker([q], transport=transport, capacity=2, wait_ms=300)
     worker.register("job", "v1", lambda event: event.payload["n"])
     worker.start()
     try:
-        ids = [_submit(api, q) for _ in range(6)]
         assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
     finally:
         assert worker.drain(timeout=10)
