@@ -8,7 +8,7 @@ from __future__ import annotations
 import falcon
 
 from .. import batches, serialize, validation
-from .common import in_scope_batch, item, ok, read_json, scope
+from .common import in_scope_batch, in_scope_results, item, ok, read_json, scope
 
 
 class Attempts:
@@ -64,14 +64,9 @@ class Attempts:
     def on_post_result_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "workers:consume")
         body = read_json(req, validation.ATTEMPT_RESULT_BATCH, self.max_body)
-
-        def prepare(result: dict) -> dict:
-            s.check_attempt_queue(result["attempt_id"])
-            return result
-
-        answers = in_scope_batch(
+        answers = in_scope_results(
+            s,
             body["results"],
-            prepare,
             lambda chosen: batches.result_many(s.db, s.namespace_id, body["session_id"], chosen),
         )
         ok(req, resp, {"results": [item(a) for a in answers]})

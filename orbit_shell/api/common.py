@@ -81,3 +81,16 @@ def in_scope_batch(
         for i, answer in zip(chosen, run(prepared), strict=True):
             answers[i] = answer
     return answers
+
+
+def in_scope_results(
+    s: Scope, results: list[dict], run: Callable[[list[dict]], list[Any]], run_empty: bool = False
+) -> list[Any]:
+    """``in_scope_batch`` for a batch of results: each names an attempt that must be of the
+    credential's queues."""
+
+    def prepare(result: dict) -> dict:
+        s.check_attempt_queue(result["attempt_id"])
+        return result
+
+    return in_scope_batch(results, prepare, run, run_empty)

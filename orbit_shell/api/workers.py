@@ -8,7 +8,7 @@ import time
 import falcon
 
 from .. import batches, longpoll, serialize, validation
-from .common import in_scope_batch, item, ok, read_json, scope
+from .common import in_scope_results, item, ok, read_json, scope
 
 
 class Workers:
@@ -67,10 +67,6 @@ class Workers:
         body = read_json(req, validation.WORKER_REPORT_CLAIM, self.max_body)
         granted: list = []
 
-        def prepare(result: dict) -> dict:
-            s.check_attempt_queue(result["attempt_id"])
-            return result
-
         def run(chosen: list[dict]) -> list:
             answers, assignments = batches.report_claim(
                 s.db, s.namespace_id, session_id, chosen, body["max"]
@@ -78,7 +74,7 @@ class Workers:
             granted.extend(assignments)
             return answers
 
-        answers = in_scope_batch(body["results"], prepare, run, run_empty=True)
+        answers = in_scope_results(s, body["results"], run, run_empty=True)
         ok(req, resp, {"results": [item(a) for a in answers], "assignments": granted})
 
     def on_post_goodbye(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:

@@ -277,6 +277,12 @@ def test_items_outside_the_credentials_queues_are_not_found_and_untouched(client
         },
     ).json["data"]["results"]
     assert reported[0]["error"]["code"] == "NOT_FOUND"
+    reported = client.simulate_post(
+        f"/v1/workers/{outsider.id}/report-and-claim",
+        headers=limited,
+        json={"results": [{"attempt_id": theirs["attempt_id"], "outcome": "succeeded"}], "max": 0},
+    ).json["data"]["results"]
+    assert reported[0]["error"]["code"] == "NOT_FOUND"
     still = client.simulate_get(
         f"/v1/tasks/{theirs['task']['task_id']}", headers=tenant.headers
     ).json["data"]
