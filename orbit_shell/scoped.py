@@ -165,6 +165,21 @@ class Scope:
             [task["id"]],
         )
 
+    def check_session_queues(self, session_public_id: str) -> None:
+        """For credentials limited to some queues: NOT_FOUND for a worker session that serves
+        a queue outside them (SPEC 1: out of scope answers 404). An unknown session passes: the
+        procedure answers for it, as it does for every credential."""
+        if self.principal.all_queues:
+            return
+        rows = self.db.query(
+            "SELECT wq.queue_id FROM worker_sessions s "
+            "JOIN worker_session_queues wq ON wq.session_id = s.id "
+            "WHERE s.public_id = %s AND s.namespace_id = %s",
+            [session_public_id, self.namespace_id],
+        )
+        if any(r["queue_id"] not in self.principal.queue_ids for r in rows):
+            raise errors.NotFound("worker session not found")
+
     def check_attempt_queue(self, attempt_public_id: str) -> None:
         """For credentials limited to some queues: NOT_FOUND for attempts of other queues."""
         if self.principal.all_queues:

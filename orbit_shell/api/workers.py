@@ -48,6 +48,7 @@ class Workers:
     def on_post_claim(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
         s = scope(req, "workers:consume")
         body = read_json(req, validation.WORKER_CLAIM, self.max_body)
+        s.check_session_queues(session_id)
         rows = longpoll.poll(
             lambda: s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0],
             body["wait_ms"],
@@ -65,6 +66,7 @@ class Workers:
         between handlers finishing and new ones starting, one call instead of two."""
         s = scope(req, "workers:consume")
         body = read_json(req, validation.WORKER_REPORT_CLAIM, self.max_body)
+        s.check_session_queues(session_id)
         granted: list = []
 
         def run(chosen: list[dict]) -> list:
@@ -80,6 +82,7 @@ class Workers:
     def on_post_goodbye(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
         s = scope(req, "workers:connect")
         read_json(req, validation.EMPTY, self.max_body)
+        s.check_session_queues(session_id)
         [[row]] = s.db.call("worker_goodbye", s.namespace_id, session_id)
         ok(
             req,

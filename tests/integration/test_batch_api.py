@@ -277,8 +277,8 @@ def test_items_outside_the_credentials_queues_are_not_found_and_untouched(client
         },
     ).json["data"]["results"]
     assert reported[0]["error"]["code"] == "NOT_FOUND"
-    reported = client.simulate_post(
-        f"/v1/workers/{outsider.id}/report-and-claim",
+    reported = client.simulate_post(  # a session in scope, an attempt out of it
+        f"/v1/workers/{mine.id}/report-and-claim",
         headers=limited,
         json={"results": [{"attempt_id": theirs["attempt_id"], "outcome": "succeeded"}], "max": 0},
     ).json["data"]["results"]
@@ -287,3 +287,51 @@ def test_items_outside_the_credentials_queues_are_not_found_and_untouched(client
         f"/v1/tasks/{theirs['task']['task_id']}", headers=tenant.headers
     ).json["data"]
     assert still["state"] == "LEASED"
+
+
+def test_a_session_serving_a_queue_outside_the_credential_is_not_found(client, database, tenant):
+    """SPEC 1: out of the credential's queue scope answers 404. A worker session on another
+    queue is such a resource: a queue-limited credential that knows its id may not claim for
+    it, report-and-claim on it or close it; its own sessions work as before."""
+    second = client.simulate_post(
+        "/v1/queues", json={"name": "second"}, headers=tenant.headers
+    ).json["data"]["queue_id"]
+    submit(client, tenant, None, 201, queue_id=second)
+    submit(client, tenant, None, 201)
+    outsider = Session(client, tenant, queue_ids=[second], capacity=2)
+    limited = limited_credential(database, tenant, "workers:connect,workers:consume")
+    calls = {
+        "claim": ("claim", {"max": 1}),
+        "report-and-claim": (
+            "report-and-claim",
+            {"results": [{"attempt_id": "0" * 32, "outcome": "succeeded"}], "max": 1},
+        ),
+        "goodbye": ("goodbye", {}),
+    }
+    for name, (route, body) in calls.items():
+        answer = client.simulate_post(
+            f"/v1/workers/{outsider.id}/{route}", headers=limited, json=body
+        )
+        assert answer.status_code == 404, (name, answer.text)
+        assert answer.json["error"]["code"] == "NOT_FOUND"
+    [row] = database.query(
+        "SELECT state, in_flight FROM worker_sessions WHERE public_id = %s", (outsider.id,)
+    )
+    assert row == {"state": "OPEN", "in_flight": 0}
+    # A session the limited credential opened on its own queue claims as before.
+    hello = client.simulate_post(
+        "/v1/workers/hello",
+        headers=limited,
+        json={
+            "worker_id": "lim-" + secrets.token_hex(3),
+            "queue_ids": [tenant.queue_id],
+            "capacity": 2,
+            "concurrency_keys": True,
+        },
+    )
+    assert hello.status_code == 200, hello.text
+    mine = hello.json["data"]["session_id"]
+    claimed = client.simulate_post(
+        f"/v1/workers/{mine}/claim", headers=limited, json={"max": 2}
+    ).json["data"]["assignments"]
+    assert len(claimed) == 1
