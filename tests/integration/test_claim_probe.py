@@ -86,3 +86,35 @@ def test_probe_says_yes_for_an_unknown_or_closed_session_so_the_claim_can_say_wh
     database.call("worker_goodbye", eng.t.namespace_id, session)
     assert ready(eng, session) == 1
     assert ready(eng, "0" * 32) == 1
+
+
+def test_probe_and_claim_find_what_is_due_on_any_queue_of_the_session(database, tenant):
+    """The recovery guard asks queue by queue (session_recovery_due): an expired lease or a due
+    backoff on the session's last queue, behind queues with nothing due, is found by the probe
+    and recovered by the claim; a lease that has not ended is not."""
+    eng = Engine(database, tenant)
+    first, _ = eng.queue_create()
+    second, _ = eng.queue_create()
+    last, _ = eng.queue_create(backoff=300)
+    holder, _ = eng.hello([last], capacity=2)
+    expiring, retried = eng.submit("", last), eng.submit("", last)
+    a, b = eng.claim(holder, 2)
+    eng.start(holder, b["attempt_id"])
+    eng.result(holder, b["attempt_id"], "failed", retryable=1)
+    full, _ = eng.hello([first, second, last], capacity=1)
+    eng.submit("", first)
+    [mine] = eng.claim(full, 1)
+    assert ready(eng, full) == 0  # no room; a's lease runs, the retry backs off for minutes
+    eng.expire(a["attempt_id"])
+    assert ready(eng, full) == 1
+    assert eng.claim(full, 1) == []  # recovered; no room to take it
+    assert eng.task(expiring)["state"] == "WAITING"
+    assert ready(eng, full) == 0
+    eng.due(retried)
+    assert ready(eng, full) == 1
+    assert eng.claim(full, 1) == []
+    eng.start(full, mine["attempt_id"])
+    eng.result(full, mine["attempt_id"])
+    # Both back in the lane (two claims: the idle session shares the burst, W2 fairness).
+    got = eng.claim(holder, 2) + eng.claim(holder, 2)
+    assert sorted(g["task_id"] for g in got) == sorted([expiring, retried])
