@@ -2,7 +2,9 @@
 over the direct MySQL transport when ``ORBIT_WORKER_DSN`` is set; ``CLAIM_WITH_REPORT=0``
 reports and claims in separate calls (the worker's ``claim_with_report``).
 
-On exit it prints its peak RSS and, per worker call (claim, start, result, report_claim), how
+On exit it prints its peak RSS, the CPU it used from ready to exit (the client's share of
+a drain: a worker without prefetch waits on its own calls, so this CPU is on the round's path)
+and, per worker call (claim, start, result, report_claim), how
 many requests it made, how many attempts they carried (the batch sizes the run actually
 reached; for report_claim, the results) and the seconds it waited on them. Claims that came
 back empty are counted apart (``claim_empty``): each is a long poll that waited up to
@@ -71,9 +73,14 @@ def main() -> None:
     )
     # CLOCK_MONOTONIC, comparable across processes: the drain's clock starts here.
     print(f"ready={time.monotonic()}", flush=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    ready_cpu = usage.ru_utime + usage.ru_stime
     worker.run(install_signals=True)
     # ru_maxrss is in KiB on Linux.
-    print(f"rss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(f"rss_kib={usage.ru_maxrss}", flush=True)
+    # CPU from ready (after imports and connecting) to the end of the drain.
+    print(f"cpu_s={usage.ru_utime + usage.ru_stime - ready_cpu:.3f}", flush=True)
     for name, (calls, items, seconds) in sorted(counts.items()):
         print(f"calls_{name}={calls},{items},{seconds:.3f}", flush=True)
 

@@ -786,6 +786,7 @@ def e2e(
     ms = [float(r["ms"]) for r in lat]
     rss: list[int] = []
     readies: list[float] = []
+    cpu_s = 0.0
     sizes: dict[str, tuple[int, int, float]] = {}
     for p in procs:
         p.send_signal(signal.SIGTERM)
@@ -797,6 +798,8 @@ def e2e(
                 rss.append(int(value))
             elif field == "ready":
                 readies.append(float(value))
+            elif field == "cpu_s":
+                cpu_s += float(value)
             elif field.startswith("calls_"):
                 calls, items, seconds = value.split(",")
                 was = sizes.get(field[6:], (0, 0, 0.0))
@@ -829,6 +832,8 @@ def e2e(
         "submit_to_start_p50_ms": pct(ms, 50),
         "submit_to_start_p99_ms": pct(ms, 99),
         "sdk_worker_peak_rss_mib": max(rss, default=0) / 1024,
+        # The SDK workers' own CPU (after start-up) per task: the client's share of a round.
+        "sdk_worker_cpu_ms_per_task": 1000 * cpu_s / done["n"] if done["n"] else 0.0,
         "worker_requests": {k: c for k, (c, _, _) in sizes.items()},
         "attempts_per_request": {k: i / c for k, (c, i, _) in sizes.items() if c},
         "request_ms": {k: 1000 * s / c for k, (c, _, s) in sizes.items() if c},
@@ -903,6 +908,9 @@ def peer(bench: Bench, url: str, jobs: int, rounds: int = 3) -> dict:
             },
             "orbit_request_ms": {way: r["request_ms"] for way, r in last.items()},
             "orbit_worker_startup_s": {way: r["worker_startup_s"] for way, r in last.items()},
+            "orbit_worker_cpu_ms_per_task": {
+                way: r["sdk_worker_cpu_ms_per_task"] for way, r in last.items()
+            },
             "ratio": ratios,
         }
         if len(theirs) > 1:
@@ -1150,7 +1158,8 @@ def main() -> int:
                         for k, v in r["attempts_per_request"].items()
                         if k != "claim_empty"
                     )
-                    + f"; empty claims {r['worker_requests'].get('claim_empty', 0)}; "
+                    + f"; empty claims {r['worker_requests'].get('claim_empty', 0)}; SDK worker "
+                    + f"CPU {r['sdk_worker_cpu_ms_per_task']:.2f} ms/task; "
                     + locks_text(r)
                     + f" ({r['row_lock_wait_ms']} ms)",
                     flush=True,
