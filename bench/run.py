@@ -279,7 +279,7 @@ class Bench:
                     [rows] = d.call("worker_claim", self.ns, sid, batch)
                     ids = [r["attempt_id"] for r in rows]
                 elif phase == "start":
-                    d.call("attempt_start_many", self.ns, sid, json.dumps(ids))
+                    d.call("attempt_start_many", self.ns, sid, json.dumps(ids), 0)
                 else:
                     d.call("attempt_result_many", self.ns, sid, self.batch_results(ids))
                 marks.append((phase, time.perf_counter() - t0, db_cpu_seconds(pids) - c0))
@@ -327,7 +327,7 @@ class Bench:
         [rows] = call("worker_claim", self.ns, sid, batch)[:1]
         ids = [r["attempt_id"] for r in rows]
         if ids:
-            call("attempt_start_many", self.ns, sid, json.dumps(ids))
+            call("attempt_start_many", self.ns, sid, json.dumps(ids), 0)
             call("attempt_result_many", self.ns, sid, self.batch_results(ids))
         return ids
 

@@ -49,10 +49,20 @@ def submit_many(
 
 
 def start_many(
-    db: Database, namespace_id: int, session_id: str, attempt_ids: list[str]
+    db: Database, namespace_id: int, session_id: str, attempt_ids: list[str], brief: bool = False
 ) -> list[dict[str, Any] | errors.OrbitError]:
-    """attempt_start per id, in order: the attempt (now RUNNING) or the item's error."""
-    [rows] = db.call("attempt_start_many", namespace_id, session_id, json.dumps(attempt_ids))
+    """attempt_start per id, in order: the attempt (now RUNNING) or the item's error; with
+    ``brief`` only ``{attempt_id, state}`` of each started attempt."""
+    [rows] = db.call(
+        "attempt_start_many", namespace_id, session_id, json.dumps(attempt_ids), int(brief)
+    )
+    if brief:
+        return [
+            signal_error(r["item_error"])
+            if r["item_error"]
+            else {"attempt_id": a, "state": "RUNNING"}
+            for r, a in zip(rows, attempt_ids, strict=True)
+        ]
     return [
         signal_error(r["item_error"]) if r["item_error"] else serialize.attempt(r) for r in rows
     ]

@@ -46,6 +46,8 @@ class Transport(Protocol):
     def goodbye(self, session_id: str) -> None: ...
 
     # Batches: one item per attempt, in order, each its data or the typed ApiError it got.
+    # A start answers {attempt_id, state} (the batch route's brief answer): the worker only
+    # runs what started.
     def start_many(self, session_id: str, attempt_ids: list[str]) -> list[Any]: ...
     def result_many(self, session_id: str, results: list[dict[str, Any]]) -> list[Any]: ...
 
@@ -115,7 +117,9 @@ class HttpTransport:
     def start_many(self, session_id, attempt_ids):
         return batch_results(
             self.client.request(
-                "POST", "/v1/attempts/start", {"session_id": session_id, "attempt_ids": attempt_ids}
+                "POST",
+                "/v1/attempts/start",
+                {"session_id": session_id, "attempt_ids": attempt_ids, "brief": True},
             )[1]
         )
 
@@ -268,9 +272,14 @@ class MysqlTransport:
 
     def start_many(self, session_id, attempt_ids):
         body = self._check(
-            validation.ATTEMPT_START_BATCH, {"session_id": session_id, "attempt_ids": attempt_ids}
+            validation.ATTEMPT_START_BATCH,
+            {"session_id": session_id, "attempt_ids": attempt_ids, "brief": True},
         )
-        return self._batch(batches.start_many, session_id, body["attempt_ids"])
+        return self._batch(
+            lambda db, ns, sid, ids: batches.start_many(db, ns, sid, ids, brief=True),
+            session_id,
+            body["attempt_ids"],
+        )
 
     def result_many(self, session_id, results):
         body = self._check(

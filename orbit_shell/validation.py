@@ -366,6 +366,8 @@ ATTEMPT_START_BATCH = Shape(
     {
         "session_id": Field(Hex32(), required=True),
         "attempt_ids": Field(ListOf(Hex32(), 1, BATCH_MAX), required=True),
+        # true: each started item answers {attempt_id, state} instead of the whole attempt.
+        "brief": Field(Boolean(), default=False),
     }
 )
 # One item of a batch of results: an attempt's result, named by its id.

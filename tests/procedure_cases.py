@@ -200,7 +200,7 @@ def cases(eng, s):
         "attempt_start_many": (
             attempt("leased"),
             ("SELECT id FROM tasks WHERE id = %s FOR UPDATE", "leased_task"),
-            (ns, s["session"], json.dumps([s["leased"]])),
+            (ns, s["session"], json.dumps([s["leased"]]), 0),
         ),
         "attempt_result_many": (
             APP,

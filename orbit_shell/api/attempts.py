@@ -57,7 +57,9 @@ class Attempts:
         answers = in_scope_batch(
             body["attempt_ids"],
             prepare,
-            lambda ids: batches.start_many(s.db, s.namespace_id, body["session_id"], ids),
+            lambda ids: batches.start_many(
+                s.db, s.namespace_id, body["session_id"], ids, body["brief"]
+            ),
         )
         ok(req, resp, {"results": [item(a) for a in answers]})
 

@@ -2,9 +2,12 @@
 -- (POST /v1/attempts/start). Each item keeps its own outcome: an item that fails (NOT_FOUND,
 -- LEASE_LOST) is rolled back to its savepoint and answered with its error; the others commit.
 -- Params: namespace, session public id, attempt public ids as a JSON array of strings
---   (validated by the shell).
--- Result set, one row per item in order: seq, item_error ('CODE: message' or NULL), then the
---   attempt_detail columns (NULL on error).
+--   (validated by the shell), brief (1: answer started or not only).
+-- Result set, one row per item in order: seq, item_error ('CODE: message' or NULL), then,
+--   unless brief, the attempt_detail columns (NULL on error). An item without an error is
+--   RUNNING, so a caller that only runs what started (the SDK worker) asks brief: the full
+--   answer's reads, and its 14 columns an item for the caller to parse, were 7-8% of a drain
+--   of a worker without prefetch (bench/README.md, session 12).
 --
 -- Two paths with one outcome. The common item, a LEASED attempt of this session whose lease
 -- has not expired, named once in the batch, is started set-based (attempt and task RUNNING,
@@ -17,7 +20,7 @@
 -- handler) and the shell retries it.
 -- JSON_TABLE, JSON_ARRAYAGG and GET DIAGNOSTICS exist in MySQL 8.0 and MariaDB 10.6 alike.
 CREATE PROCEDURE attempt_start_many(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
-                                    IN p_attempt_ids MEDIUMTEXT)
+                                    IN p_attempt_ids MEDIUMTEXT, IN p_brief TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_i INT DEFAULT 0;
@@ -103,14 +106,21 @@ BEGIN
     SET v_i = v_i + 1;
   END WHILE batch_items;
   COMMIT;
-  SELECT j.seq, NULLIF(j.error, '') AS item_error,
-         a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state,
-         a.concurrency_token, t.concurrency_key, a.lease_expires_at, a.created_at,
-         a.started_at, a.finished_at, a.outcome, a.retryable, a.result, a.error
-    FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
-                                           id BIGINT UNSIGNED PATH '$.id',
-                                           error VARCHAR(512) PATH '$.error')) j
-    LEFT JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = j.id
-    LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id
-   ORDER BY j.seq;
+  IF p_brief THEN
+    SELECT j.seq, NULLIF(j.error, '') AS item_error
+      FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
+                                             error VARCHAR(512) PATH '$.error')) j
+     ORDER BY j.seq;
+  ELSE
+    SELECT j.seq, NULLIF(j.error, '') AS item_error,
+           a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state,
+           a.concurrency_token, t.concurrency_key, a.lease_expires_at, a.created_at,
+           a.started_at, a.finished_at, a.outcome, a.retryable, a.result, a.error
+      FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
+                                             id BIGINT UNSIGNED PATH '$.id',
+                                             error VARCHAR(512) PATH '$.error')) j
+      LEFT JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = j.id
+      LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id
+     ORDER BY j.seq;
+  END IF;
 END

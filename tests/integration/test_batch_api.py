@@ -161,6 +161,37 @@ def test_batch_start_and_result_keep_per_attempt_semantics(client, tenant):
     assert other["state"] == "LEASED"
 
 
+def test_batch_start_brief_answers_started_or_the_items_error(client, tenant, database):
+    """`brief: true` (what the SDK worker asks): a started item answers {attempt_id, state}
+    and nothing more, an item that did not start its error, as without it; a brief that is
+    not a boolean is refused and starts nothing."""
+    for _ in range(2):
+        submit(client, tenant, None, 201)
+    mine, theirs = Session(client, tenant), Session(client, tenant)
+    [b] = theirs.claim(max=1)
+    [a] = mine.claim(max=1)
+
+    def post(body):
+        return client.simulate_post("/v1/attempts/start", headers=tenant.headers, json=body)
+
+    ids = [a["attempt_id"], b["attempt_id"], "f" * 32]
+    refused = post({"session_id": mine.id, "attempt_ids": ids, "brief": "yes"})
+    assert refused.status_code == 400 and refused.json["error"]["code"] == "INVALID_ARGUMENT"
+    [row] = database.query("SELECT state FROM attempts WHERE public_id = %s", (a["attempt_id"],))
+    assert row["state"] == "LEASED"
+    started = post({"session_id": mine.id, "attempt_ids": ids, "brief": True}).json["data"]
+    assert started["results"][0] == {
+        "status": 200,
+        "data": {"attempt_id": a["attempt_id"], "state": "RUNNING"},
+    }
+    assert [r["error"]["code"] for r in started["results"][1:]] == ["LEASE_LOST", "NOT_FOUND"]
+    [row] = database.query("SELECT state FROM attempts WHERE public_id = %s", (a["attempt_id"],))
+    assert row["state"] == "RUNNING"
+    # Started again, as a resent request is: brief or not, the same attempt, still RUNNING.
+    again = post({"session_id": mine.id, "attempt_ids": ids[:1], "brief": True}).json["data"]
+    assert again["results"][0]["data"] == {"attempt_id": a["attempt_id"], "state": "RUNNING"}
+
+
 def test_batch_result_from_another_session_is_lease_lost(client, tenant):
     submit(client, tenant, None, 201)
     mine, theirs = Session(client, tenant), Session(client, tenant)

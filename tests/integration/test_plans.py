@@ -68,7 +68,7 @@ def test_batch_calls_read_per_item_not_per_key_on_a_new_database(young):
             most["claim"] = max(most["claim"], reads)
             ids = [a["attempt_id"] for a in granted]
             granted_total += len(ids)
-            reads, _ = call_reads(conn, "attempt_start_many", ns, sid, json.dumps(ids))
+            reads, _ = call_reads(conn, "attempt_start_many", ns, sid, json.dumps(ids), 0)
             most["start"] = max(most["start"], reads)
             outcomes = [
                 {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}
@@ -132,7 +132,7 @@ def test_a_batch_cycle_without_texts_makes_no_on_disk_temporary_table(young):
         made["claim"] = disk_tables(conn) - before
         ids = [a["attempt_id"] for a in granted]
         before = disk_tables(conn)
-        call_reads(conn, "attempt_start_many", ns, sid, json.dumps(ids))
+        call_reads(conn, "attempt_start_many", ns, sid, json.dumps(ids), 0)
         made["start"] = disk_tables(conn) - before
         outcomes = [
             {"attempt_id": a, "outcome": o, "retryable": r, "result": "", "error": ""}
@@ -185,7 +185,7 @@ def test_the_sweeper_reads_per_item_not_per_history(young):
         worker = session_on(database, tenant, "history")
         submit(4000)
         while ids := claim(worker, 100):  # the history: 4,000 finished tasks and attempts
-            database.call("attempt_start_many", ns, worker, json.dumps(ids))
+            database.call("attempt_start_many", ns, worker, json.dumps(ids), 0)
             report(worker, ids, "succeeded", 0)
         database.call("worker_goodbye", ns, worker)
         submit(180)
@@ -194,10 +194,10 @@ def test_the_sweeper_reads_per_item_not_per_history(young):
         assert len(claim(leased, 60)) == 60
         running = session_on(database, tenant, "running")
         started = claim(running, 60)
-        database.call("attempt_start_many", ns, running, json.dumps(started))
+        database.call("attempt_start_many", ns, running, json.dumps(started), 0)
         retried = session_on(database, tenant, "retried")
         backed_off = claim(retried, 60)
-        database.call("attempt_start_many", ns, retried, json.dumps(backed_off))
+        database.call("attempt_start_many", ns, retried, json.dumps(backed_off), 0)
         report(retried, backed_off, "failed", 1)
         submit(60, deadline_seconds=3600)
         # Past the sweep's clock: 120 leases, 60 backoffs, 60 deadlines of waiting tasks.
@@ -246,7 +246,7 @@ def test_a_claim_and_its_probe_read_per_queue_not_per_history(young):
             database.call("task_submit_many", ns, "t", json.dumps(items))
             [granted] = database.call("worker_claim", ns, worker, 100)[:1]
             ids = [a["attempt_id"] for a in granted]
-            database.call("attempt_start_many", ns, worker, json.dumps(ids))
+            database.call("attempt_start_many", ns, worker, json.dumps(ids), 0)
             outcomes = [
                 {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}
                 for a in ids
@@ -256,7 +256,7 @@ def test_a_claim_and_its_probe_read_per_queue_not_per_history(young):
         two = [submit_item(queue["id"]) for _ in range(2)]
         database.call("task_submit_many", ns, "t", json.dumps(two))
         [held] = database.call("worker_claim", ns, worker, 2)[:1]
-        database.call("attempt_start_many", ns, worker, json.dumps([held[0]["attempt_id"]]))
+        database.call("attempt_start_many", ns, worker, json.dumps([held[0]["attempt_id"]]), 0)
         waiting = session_on(database, tenant, "waiting")
         claim_reads, granted = call_reads(conn, "worker_claim", ns, waiting, 10)
         probe_reads, [ready] = call_reads(conn, "session_ready", ns, waiting)
