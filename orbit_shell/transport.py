@@ -63,6 +63,7 @@ class HttpTransport:
 
     def __init__(self, client: Client) -> None:
         self.client = client
+        self.brief = True  # False once a server refused the brief start answer (older)
 
     def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
         data = self.client.request(
@@ -115,13 +116,26 @@ class HttpTransport:
         self.client.request("POST", f"/v1/workers/{session_id}/goodbye", {})
 
     def start_many(self, session_id, attempt_ids):
-        return batch_results(
-            self.client.request(
-                "POST",
-                "/v1/attempts/start",
-                {"session_id": session_id, "attempt_ids": attempt_ids, "brief": True},
-            )[1]
-        )
+        body = {"session_id": session_id, "attempt_ids": attempt_ids}
+        if self.brief:
+            try:
+                return self._start_many({**body, "brief": True})
+            except ApiError as exc:
+                if exc.code != "INVALID_ARGUMENT" or not _names_field(exc, "brief"):
+                    raise
+                # A server older than the brief answer refuses the whole request and starts
+                # nothing, so asking again without it is safe; its answer is the whole attempt.
+                self.brief = False
+                log.warning(
+                    "the server refused the brief start answer (%s): asking for whole "
+                    "attempts from now on",
+                    exc,
+                    extra={"action": "worker.start"},
+                )
+        return self._start_many(body)
+
+    def _start_many(self, body: dict[str, Any]) -> list[Any]:
+        return batch_results(self.client.request("POST", "/v1/attempts/start", body)[1])
 
     def result_many(self, session_id, results):
         return batch_results(
@@ -304,6 +318,12 @@ class MysqlTransport:
         except errors.OrbitError as exc:
             raise _sdk_error(exc) from exc
         return [_sdk_error(a) if isinstance(a, errors.OrbitError) else a for a in answers]
+
+
+def _names_field(exc: ApiError, name: str) -> bool:
+    """Whether a refusal's details name the body field ``name``."""
+    details = exc.details if isinstance(exc.details, list) else []
+    return any(isinstance(d, dict) and d.get("field") == name for d in details)
 
 
 def _sdk_error(exc: errors.OrbitError) -> ApiError:

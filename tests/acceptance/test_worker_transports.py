@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import socketserver
 import threading
 import time
 from collections import defaultdict
 from urllib.parse import urlparse
+from wsgiref import simple_server
 
 import pymysql
 import pytest
 
-from orbit_shell import db
+from orbit_shell import db, validation
+from orbit_shell.api.app import create_app
 from orbit_shell.cli.admin import worker_account
 from orbit_shell.client import Client
+from orbit_shell.config import Config
+from orbit_shell.errors import InvalidArgument
 from orbit_shell.models import (
     ApiError,
     IdempotencyConflictError,
@@ -314,6 +319,59 @@ def test_a_transport_without_report_and_claim_still_reports(make_worker, api):
     worker.register("job", "v1", lambda event: None)
     worker.start()
     assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+
+
+@pytest.fixture
+def older_server(orbit_dsn, monkeypatch):
+    """The app in this process, served over real HTTP, as a server from before the brief
+    start answer: its batch start refuses `brief` as an unknown field, with the refusal an
+    older server's strict shape gave (the route still finds its default when it is absent)."""
+
+    class Unknown(validation.Check):
+        def __call__(self, name, value):
+            raise InvalidArgument(
+                f"unknown field(s): {name}", [{"field": name, "message": "unknown field"}]
+            )
+
+    fields = {
+        **validation.ATTEMPT_START_BATCH.fields,
+        "brief": validation.Field(Unknown(), default=False),
+    }
+    monkeypatch.setattr(validation.ATTEMPT_START_BATCH, "fields", fields)
+
+    class Threaded(socketserver.ThreadingMixIn, simple_server.WSGIServer):
+        daemon_threads = True
+
+    class Quiet(simple_server.WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    http = simple_server.make_server(
+        "127.0.0.1", 0, create_app(Config(dsn=orbit_dsn)), Threaded, Quiet
+    )
+    threading.Thread(target=http.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{http.server_port}"
+    http.shutdown()
+    http.server_close()
+
+
+def test_a_server_without_the_brief_start_gets_whole_attempts_asked(
+    older_server, tenant, api, caplog
+):
+    """A refused `brief` started nothing (the request is refused whole), so the SDK asks again
+    without it, says so once, and runs every task."""
+    q = api.create_queue("older-start").queue_id
+    ids = [_submit(api, q) for _ in range(6)]
+    transport = HttpTransport(Client(older_server, tenant.token))
+    worker = Worker([q], transport=transport, capacity=2, wait_ms=300)
+    worker.register("job", "v1", lambda event: event.payload["n"])
+    worker.start()
+    try:
+        assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+    finally:
+        assert worker.drain(timeout=10)
+    assert transport.brief is False
+    assert caplog.text.count("refused the brief start answer") == 1
 
 
 def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
