@@ -4,6 +4,8 @@ every 20-250 ms. Real procedures on a real MariaDB."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.engine import Engine
 
 
@@ -88,21 +90,22 @@ def test_probe_says_yes_for_an_unknown_or_closed_session_so_the_claim_can_say_wh
     assert ready(eng, "0" * 32) == 1
 
 
-def test_probe_and_claim_find_what_is_due_on_any_queue_of_the_session(database, tenant):
-    """The recovery guard asks queue by queue (session_recovery_due): an expired lease or a due
-    backoff on the session's last queue, behind queues with nothing due, is found by the probe
-    and recovered by the claim; a lease that has not ended is not."""
+@pytest.mark.parametrize("position", [2, 4, 5])
+def test_probe_and_claim_find_what_is_due_on_any_queue_of_the_session(database, tenant, position):
+    """The recovery guard asks the session's first four queues one by one and the rest in one
+    statement (session_recovery_due): an expired lease or a due backoff on the third queue of
+    six, the fifth or the sixth, behind queues with nothing due, is found by the probe and
+    recovered by the claim; a lease that has not ended is not."""
     eng = Engine(database, tenant)
-    first, _ = eng.queue_create()
-    second, _ = eng.queue_create()
-    last, _ = eng.queue_create(backoff=300)
-    holder, _ = eng.hello([last], capacity=2)
-    expiring, retried = eng.submit("", last), eng.submit("", last)
+    queues = [eng.queue_create(backoff=300)[0] for _ in range(6)]  # ids in this order
+    due_on = queues[position]
+    holder, _ = eng.hello([due_on], capacity=2)
+    expiring, retried = eng.submit("", due_on), eng.submit("", due_on)
     a, b = eng.claim(holder, 2)
     eng.start(holder, b["attempt_id"])
     eng.result(holder, b["attempt_id"], "failed", retryable=1)
-    full, _ = eng.hello([first, second, last], capacity=1)
-    eng.submit("", first)
+    full, _ = eng.hello(queues, capacity=1)
+    eng.submit("", queues[0])
     [mine] = eng.claim(full, 1)
     assert ready(eng, full) == 0  # no room; a's lease runs, the retry backs off for minutes
     eng.expire(a["attempt_id"])
