@@ -321,6 +321,21 @@ def test_a_transport_without_report_and_claim_still_reports(make_worker, api):
     assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
 
 
+def _run_six(api, name: str, transport) -> Worker:
+    """Six tasks queued first (a worker of 2 slots fills them), run by a worker on
+    ``transport`` until all succeed, then drained; the worker."""
+    q = api.create_queue(name).queue_id
+    ids = [_submit(api, q) for _ in range(6)]
+    worker = Worker([q], transport=transport, capacity=2, wait_ms=300)
+    worker.register("job", "v1", lambda event: event.payload["n"])
+    worker.start()
+    try:
+        assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+    finally:
+        assert worker.drain(timeout=10)
+    return worker
+
+
 @pytest.fixture
 def older_server(orbit_dsn, monkeypatch):
     """The app in this process, served over real HTTP, as a server from before the brief
@@ -360,16 +375,8 @@ def test_a_server_without_the_brief_start_gets_whole_attempts_asked(
 ):
     """A refused `brief` started nothing (the request is refused whole), so the SDK asks again
     without it, says so once, and runs every task."""
-    q = api.create_queue("older-start").queue_id
-    ids = [_submit(api, q) for _ in range(6)]
     transport = HttpTransport(Client(older_server, tenant.token))
-    worker = Worker([q], transport=transport, capacity=2, wait_ms=300)
-    worker.register("job", "v1", lambda event: event.payload["n"])
-    worker.start()
-    try:
-        assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
-    finally:
-        assert worker.drain(timeout=10)
+    _run_six(api, "older-start", transport)
     assert transport.brief is False
     assert caplog.text.count("refused the brief start answer") == 1
 
@@ -394,16 +401,8 @@ def test_an_account_without_report_and_claim_reports_and_claims_apart(
     """An account made before worker_report_claim existed may not EXECUTE it: its worker says
     so once and reports and claims in separate calls, losing no result."""
     dsn = _account_without(orbit_dsn, server, tmp_path, "worker_report_claim")
-    q = api.create_queue("apart").queue_id
     transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
-    ids = [_submit(api, q) for _ in range(6)]  # queued first: the worker's 2 slots fill
-    worker = Worker([q], transport=transport, capacity=2, wait_ms=300)
-    worker.register("job", "v1", lambda event: event.payload["n"])
-    worker.start()
-    try:
-        assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
-    finally:
-        assert worker.drain(timeout=10)
+    worker = _run_six(api, "apart", transport)
     assert worker.claim_with_report is False
     assert caplog.text.count("report-and-claim refused") == 1
 
