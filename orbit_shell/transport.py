@@ -16,8 +16,14 @@ from . import batches, errors, longpoll, serialize, validation
 from .client import Client
 from .db import Database
 from .models import ApiError, api_error, batch_results
+from .schema import SchemaMismatch
 
 log = logging.getLogger("orbit.transport")
+
+# The worker procedures' signatures and answers this SDK calls (worker_namespace answers the
+# database's number). Raised with any change a direct worker of the previous number would break
+# on: without the check such a worker ran until its first start, which failed as INTERNAL.
+WORKER_PROTOCOL = 1
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,10 @@ class MysqlTransport:
     Args:
         dsn: a MySQL URL, typically of the account made by ``orbit-admin worker-account``.
         application, environment, namespace: the names the worker serves.
+
+    Raises:
+        SchemaMismatch: the database's worker procedures are of another WORKER_PROTOCOL
+            (older: run ``orbit-migrate up``; newer: upgrade the worker).
     """
 
     def __init__(
@@ -171,6 +181,7 @@ class MysqlTransport:
         self.sleep = sleep
         self.probe = True  # False once session_ready was refused (see _ready)
         [[row]] = self._call("worker_namespace", application, environment, namespace)
+        _check_protocol(row.get("worker_protocol"))
         self.namespace_id = row["namespace_id"]
         self.application_id = row["application_id"]
 
@@ -318,6 +329,28 @@ class MysqlTransport:
         except errors.OrbitError as exc:
             raise _sdk_error(exc) from exc
         return [_sdk_error(a) if isinstance(a, errors.OrbitError) else a for a in answers]
+
+
+def _check_protocol(found: int | None) -> None:
+    """Refuse a database whose worker procedures are not the ones this SDK calls, before the
+    first call that would fail on them (the HTTP server refuses such a database itself, K11).
+
+    Raises:
+        SchemaMismatch: saying which side is older; ``None`` is a database from before the
+            number existed.
+    """
+    if found == WORKER_PROTOCOL:
+        return
+    if found is None or found < WORKER_PROTOCOL:
+        raise SchemaMismatch(
+            f"the database's worker procedures are older than this worker (protocol "
+            f"{found or 0}, this worker speaks {WORKER_PROTOCOL}); run `orbit-migrate up` with "
+            "this version of Orbit"
+        )
+    raise SchemaMismatch(
+        f"the database's worker procedures are newer than this worker (protocol {found}, this "
+        f"worker speaks {WORKER_PROTOCOL}); upgrade the worker's Orbit"
+    )
 
 
 def _names_field(exc: ApiError, name: str) -> bool:

@@ -1,7 +1,10 @@
 -- worker_namespace: resolve application / environment / namespace names to the ids the worker
 -- procedures take. For direct (MySQL transport, W9) workers, whose least-privilege account may
 -- only EXECUTE worker procedures and cannot read tables.
--- Result set: {application_id, namespace_id}.
+-- Result set: {application_id, namespace_id, worker_protocol}. worker_protocol numbers the
+--   signatures and answers of the worker procedures; it goes up with every change a direct
+--   worker of the previous number would break on, and must equal the SDK's
+--   transport.WORKER_PROTOCOL (the SDK refuses a database of another number at connect).
 -- Errors: NOT_FOUND.
 -- Locks: none (read-only).
 CREATE PROCEDURE worker_namespace(IN p_application VARCHAR(100), IN p_environment VARCHAR(100),
@@ -12,5 +15,5 @@ BEGIN
   DECLARE v_env BIGINT UNSIGNED;
   DECLARE v_ns BIGINT UNSIGNED;
   CALL namespace_resolve(p_application, p_environment, p_namespace, v_app, v_env, v_ns);
-  SELECT v_app AS application_id, v_ns AS namespace_id;
+  SELECT v_app AS application_id, v_ns AS namespace_id, 1 AS worker_protocol;
 END

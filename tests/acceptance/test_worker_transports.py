@@ -15,11 +15,12 @@ from wsgiref import simple_server
 import pymysql
 import pytest
 
-from orbit_shell import db, validation
+from orbit_shell import db, schema, validation
 from orbit_shell.api.app import create_app
 from orbit_shell.cli.admin import worker_account
 from orbit_shell.client import Client
 from orbit_shell.config import Config
+from orbit_shell.db import Database
 from orbit_shell.errors import InvalidArgument
 from orbit_shell.models import (
     ApiError,
@@ -28,8 +29,10 @@ from orbit_shell.models import (
     NotFoundError,
     SubmitTaskRequest,
 )
-from orbit_shell.transport import HttpTransport, MysqlTransport
+from orbit_shell.schema import SchemaMismatch
+from orbit_shell.transport import WORKER_PROTOCOL, HttpTransport, MysqlTransport
 from orbit_shell.worker import Retry, UnknownOutcome, Worker
+from tests.conftest import make_tenant
 
 
 @pytest.fixture(scope="session")
@@ -639,3 +642,38 @@ def test_an_account_made_before_the_claim_probe_still_claims(
     finally:
         later.join()
     assert [a["task"]["task_id"] for a in claimed] == submitted
+
+
+@pytest.mark.parametrize(
+    "protocol, says",
+    [
+        (None, "older than this worker (protocol 0, this worker speaks 1); run `orbit-migrate up`"),
+        (WORKER_PROTOCOL - 1, "older than this worker"),
+        (WORKER_PROTOCOL + 1, "newer than this worker (protocol 2, this worker speaks 1)"),
+    ],
+)
+def test_the_direct_transport_refuses_worker_procedures_of_another_protocol(
+    fresh_dsn, tmp_path, protocol, says
+):
+    """W9/K11: a direct worker whose database runs other worker procedures must say so when it
+    connects; before, it ran until its first start failed as INTERNAL. ``None`` is a
+    database from before worker_namespace answered a number."""
+    schema.apply(fresh_dsn)
+    database = Database(fresh_dsn, pool_size=1)
+    tenant = make_tenant(database, tmp_path)
+    assert MysqlTransport(fresh_dsn, tenant.application, "test", tenant.namespace).namespace_id
+    body = next(r.body for r in schema.routines() if r.name == "worker_namespace")
+    column = "1 AS worker_protocol"
+    assert column in body
+    other = "" if protocol is None else f", {protocol} AS worker_protocol"
+    conn = db.connect(fresh_dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("DROP PROCEDURE worker_namespace")
+            cur.execute(body.replace(", " + column, other))
+    finally:
+        conn.close()
+    with pytest.raises(SchemaMismatch) as info:
+        MysqlTransport(fresh_dsn, tenant.application, "test", tenant.namespace)
+    assert says in str(info.value)
+    database.close()
