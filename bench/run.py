@@ -498,6 +498,68 @@ class Bench:
             "rows_read_per_claim": statistics.median(reads),
         }
 
+    def purge_lag(self, churned: int, samples: int = 50) -> dict:
+        """Claims of 10 on a queue through which ``churned`` tasks were claimed and finished
+        while a read view stayed open (a long transaction elsewhere on the server, such as
+        ``mysqldump --single-transaction``): InnoDB's purge may not remove what that view
+        could still read, so every claimed task's entry in ix_tasks_claim stays,
+        delete-marked, at the head of (queue, READY), and each claim steps over them all. The
+        handler counters do not count those steps; the time and the history list length show
+        them. The view is then closed and purge given up to a minute to catch up."""
+        d = Database(self.dsn, pool_size=1)
+        queue, drainer = self.batch_queue(d, f"purge-{secrets.token_hex(3)}", 100)
+        [public] = d.query("SELECT public_id FROM queues WHERE id = %s", (queue,))
+        view = db.connect(self.dsn)
+        conn = db.connect(self.dsn)
+        try:
+            if churned:
+                with view.cursor() as cur:
+                    cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            done = 0
+            while done < churned:
+                done += len(self.batch_cycle(d.call, queue, drainer, 100))
+            d.call("worker_goodbye", self.ns, drainer)  # an idle open session takes a share
+            sid = self.hello(
+                d, f"purge-claimer-{secrets.token_hex(3)}", 10, queue_public=public["public_id"]
+            )
+            latencies, reads = [], []
+            for _ in range(samples):
+                d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 10))
+                ms, read, rows = counted_call(conn, "worker_claim", self.ns, sid, 10)
+                latencies.append(ms)
+                reads.append(read)
+                assert len(rows) == 10, len(rows)
+                ids = [r["attempt_id"] for r in rows]
+                d.call("attempt_start_many", self.ns, sid, json.dumps(ids), 0)
+                d.call("attempt_result_many", self.ns, sid, self.batch_results(ids))
+            unpurged = history_length(conn)
+        finally:
+            view.close()  # ends the view's transaction
+            deadline = time.monotonic() + 60
+            while history_length(conn) > 1000 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            conn.close()
+            d.close()
+        return {
+            "churned": done,
+            "claim_p50_ms": pct(latencies, 50),
+            "claim_p99_ms": pct(latencies, 99),
+            "rows_read_per_claim": statistics.median(reads),
+            "history_list_length": unpurged,
+        }
+
+
+def history_length(conn) -> int:
+    """InnoDB's history list length: undo logs purge has not processed yet."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT `count` AS n FROM information_schema.INNODB_METRICS "
+            "WHERE name = 'trx_rseg_history_len'"
+        )
+        row = cur.fetchone()
+    return int(row["n"]) if row else -1
+
 
 def server_settings(d: Database) -> dict[str, str]:
     """What makes a commit cost what it costs, recorded with the figures."""
@@ -1099,6 +1161,18 @@ def main() -> int:
                     f"blocked: unkeyed session, {u['ready_keyed']:>6} READY keyed tasks  claim "
                     f"p50 {u['claim_p50_ms']:.2f} ms  p99 {u['claim_p99_ms']:.2f} ms  rows read "
                     f"{u['rows_read_per_claim']:.0f}  empty probe p50 {u['probe_p50_ms']:.2f} ms",
+                    flush=True,
+                )
+            sizes = [0, 10_000] + ([100_000] if args.large else [])
+            results["purge_lag"] = [bench.purge_lag(n) for n in sizes]
+            base = results["purge_lag"][0]["claim_p50_ms"]
+            for g in results["purge_lag"]:
+                print(
+                    f"blocked: claims of 10 behind {g['churned']:>6} tasks claimed and finished "
+                    f"under an open read view  p50 {g['claim_p50_ms']:.2f} ms "
+                    f"({g['claim_p50_ms'] / base:.1f}x of 0)  p99 {g['claim_p99_ms']:.2f} ms  "
+                    f"rows read {g['rows_read_per_claim']:.0f}  history list length "
+                    f"{g['history_list_length']}",
                     flush=True,
                 )
         if parts & {"e2e", "peer"}:
