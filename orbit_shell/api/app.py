@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from .. import auth, errors
 from ..config import Config
 from ..db import Database
+from ..dbmetrics import PurgeCollector
 from ..validation import HEX32
 from . import openapi
 from .attempts import Attempts
@@ -130,7 +131,7 @@ def create_app(
     resources = {
         "health": Health(),
         "ready": Ready(config.dsn),
-        "metrics": Metrics(registry),
+        "metrics": Metrics(registry, PurgeCollector(database)),
         "openapi": OpenApi(openapi.build()),
         "queues": Queues(config.max_body_bytes),
         "tasks": Tasks(config.max_body_bytes, SubmitGuard(config.submit_rate, config.submit_burst)),

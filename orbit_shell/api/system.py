@@ -8,6 +8,7 @@ import falcon
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
 from .. import errors, schema
+from ..dbmetrics import PurgeCollector
 from .common import ok
 
 
@@ -40,19 +41,23 @@ class Metrics:
     """Prometheus text for the whole server. Under ``orbit`` every gunicorn worker process
     writes its samples to ``PROMETHEUS_MULTIPROC_DIR`` and a scrape adds up all of them,
     whichever worker answers it; without that directory (an app made in-process), the app's
-    own registry."""
+    own registry. The database's purge gauges (``dbmetrics``) are read at each scrape."""
 
     auth_exempt = True
 
-    def __init__(self, registry) -> None:
+    def __init__(self, registry, purge: PurgeCollector) -> None:
         self.registry = registry
+        self.purge = purge
         self.shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        if not self.shared:
+            registry.register(purge)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         registry = self.registry
         if self.shared:
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
+            registry.register(self.purge)
         resp.content_type = CONTENT_TYPE_LATEST
         resp.data = generate_latest(registry)
 

@@ -78,6 +78,8 @@ def test_a_named_metrics_directory_starts_each_run_at_zero(orbit_dsn, tmp_path):
             for _ in range(requests):
                 get(proc.url + "/healthz")
             assert healthz_count(proc.url) == requests, run
+            # The database's purge gauges ride along in every scrape of the shared registry.
+            assert re.search(r"^orbit_db_history_list_length \d", get(proc.url + "/metrics"), re.M)
         finally:
             stop_orbit(proc)
         assert list(shared.glob("*.db")), "the samples live in the named directory"
