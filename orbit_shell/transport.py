@@ -181,7 +181,11 @@ class MysqlTransport:
         self.sleep = sleep
         self.probe = True  # False once session_ready was refused (see _ready)
         [[row]] = self._call("worker_namespace", application, environment, namespace)
-        _check_protocol(row.get("worker_protocol"))
+        try:
+            _check_protocol(row.get("worker_protocol"))
+        except SchemaMismatch:
+            self.db.close()  # the pooled connection, which nothing will use
+            raise
         self.namespace_id = row["namespace_id"]
         self.application_id = row["application_id"]
 
