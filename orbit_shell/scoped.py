@@ -17,6 +17,7 @@ from . import errors
 from .auth import Principal
 from .db import Database
 
+# task_submit's answer repeats these columns (POST /v1/tasks answers from it); keep both alike.
 TASK_COLUMNS = (
     "t.id, t.public_id, q.public_id AS queue_public_id, t.queue_id, t.state, t.handler, "
     "t.handler_version, t.payload_version, t.payload, t.business_key, t.concurrency_key, "

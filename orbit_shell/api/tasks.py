@@ -33,7 +33,7 @@ class Tasks:
         body = read_json(req, validation.TASK_SUBMIT, self.max_body)
         row = submit(s, s.queue(body["queue_id"]), idem, body)
         status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
-        ok(req, resp, serialize.task_detail(s.task(row["task_id"])), status)
+        ok(req, resp, serialize.task_detail(row), status)  # task_submit answers the detail
 
     def on_post_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Submit up to 100 tasks in one transaction, each as POST /v1/tasks would (own
@@ -160,7 +160,8 @@ class Tasks:
 
 def submit(s, queue: dict, idem: str, body: dict) -> dict:
     """One task_submit call for a validated body (without its Idempotency-Key); the
-    fingerprint is the same whichever route the task came by."""
+    fingerprint is the same whichever route the task came by. Returns task_submit's answer:
+    ``task_id``, ``created`` and the task's detail row (Scope.task's columns)."""
     [[row]] = s.db.call(
         "task_submit",
         s.namespace_id,

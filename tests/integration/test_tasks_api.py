@@ -45,6 +45,21 @@ def test_seed_request_201_then_200_then_409_when_only_the_key_changes(client, te
     assert [t["task_id"] for t in listed] == [task["task_id"]]
 
 
+def test_a_submission_answers_the_task_as_a_read_does(client, tenant):
+    """POST /v1/tasks answers from task_submit's own answer (no second read since session 13):
+    the same detail GET /v1/tasks/{id} gives, first acceptance and replay alike, and a replay
+    shows the task as it is now."""
+    fields = {**SEED, "concurrency_key": "object/7", "business_key": "b-7", "deadline_seconds": 60}
+    first = submit(client, tenant, "answer-as-read", 201, **fields).json["data"]
+    task_url = f"/v1/tasks/{first['task_id']}"
+    assert first == client.simulate_get(task_url, headers=tenant.headers).json["data"]
+    cancel = client.simulate_post(task_url + "/cancel", headers=tenant.headers)
+    assert cancel.status_code == 200, cancel.text
+    replay = submit(client, tenant, "answer-as-read", 200, **fields).json["data"]
+    assert replay["state"] == "CANCELLED"
+    assert replay == client.simulate_get(task_url, headers=tenant.headers).json["data"]
+
+
 @pytest.mark.parametrize(
     "change",
     [
