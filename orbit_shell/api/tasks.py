@@ -22,16 +22,38 @@ STATES = (
 
 
 class Tasks:
+    # Queue ids remembered per process, at most this many (then forgotten all at once).
+    QUEUE_IDS_MAX = 10_000
+
     def __init__(self, max_body: int, guard: SubmitGuard) -> None:
         self.max_body = max_body
         self.guard = guard
+        self.queue_ids: dict[tuple[int, str], int] = {}
+
+    def queue_id(self, s, public_id: str) -> int:
+        """The internal id of a queue the credential may submit to; NOT_FOUND outside its
+        namespace or queue scope, as Scope.queue. No queue is ever deleted or given another
+        id or namespace, so a (namespace, public id) found once names the same row for good:
+        each process remembers it, and a submission skips the read (0.35 of 2.3 ms of a
+        single one in-process, session 13). The queue scope is the credential's, checked on
+        every call; an id not found is not remembered (the queue may be created next)."""
+        key = (s.namespace_id, public_id)
+        found = self.queue_ids.get(key)
+        if found is None:
+            found = s.queue(public_id)["id"]
+            if len(self.queue_ids) >= self.QUEUE_IDS_MAX:
+                self.queue_ids.clear()
+            self.queue_ids[key] = found
+        elif not s.principal.all_queues and found not in s.principal.queue_ids:
+            raise errors.NotFound("queue not found")
+        return found
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "tasks:submit")
         self.guard.take(s.principal.credential_id)
         idem = validation.idempotency_key(req.get_header("Idempotency-Key"))
         body = read_json(req, validation.TASK_SUBMIT, self.max_body)
-        row = submit(s, s.queue(body["queue_id"]), idem, body)
+        row = submit(s, self.queue_id(s, body["queue_id"]), idem, body)
         status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
         ok(req, resp, serialize.task_detail(row), status)  # task_submit answers the detail
 
@@ -41,13 +63,10 @@ class Tasks:
         s = scope(req, "tasks:submit")
         body = read_json(req, validation.TASK_BATCH, self.max_body)
         self.guard.take(s.principal.credential_id, len(body["tasks"]))
-        queues: dict[str, dict] = {}
 
         def prepare(task: dict) -> tuple[int, str, dict]:
-            if task["queue_id"] not in queues:
-                queues[task["queue_id"]] = s.queue(task["queue_id"])  # NOT_FOUND out of scope
             key = task.pop("idempotency_key")
-            return queues[task["queue_id"]]["id"], key, task
+            return self.queue_id(s, task["queue_id"]), key, task  # NOT_FOUND out of scope
 
         answers = in_scope_batch(
             body["tasks"],
@@ -158,14 +177,14 @@ class Tasks:
         ok(req, resp, serialize.task_detail(s.task(task_id)))
 
 
-def submit(s, queue: dict, idem: str, body: dict) -> dict:
+def submit(s, queue_id: int, idem: str, body: dict) -> dict:
     """One task_submit call for a validated body (without its Idempotency-Key); the
     fingerprint is the same whichever route the task came by. Returns task_submit's answer:
     ``task_id``, ``created`` and the task's detail row (Scope.task's columns)."""
     [[row]] = s.db.call(
         "task_submit",
         s.namespace_id,
-        queue["id"],
+        queue_id,
         idem,
         validation.fingerprint(body),
         body["handler"],

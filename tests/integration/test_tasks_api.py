@@ -15,7 +15,7 @@ from orbit_shell.auth import Principal
 from orbit_shell.db import Database
 from orbit_shell.scoped import Scope
 from tests.engine import handler_reads, submit_item
-from tests.helpers import Session, submit, task_body
+from tests.helpers import Session, limited_credential, submit, task_body
 
 SEED = {
     "handler": "object.update",
@@ -58,6 +58,38 @@ def test_a_submission_answers_the_task_as_a_read_does(client, tenant):
     replay = submit(client, tenant, "answer-as-read", 200, **fields).json["data"]
     assert replay["state"] == "CANCELLED"
     assert replay == client.simulate_get(task_url, headers=tenant.headers).json["data"]
+
+
+def test_a_remembered_queue_is_still_out_of_a_limited_credential_s_scope(client, tenant, database):
+    """The submit routes remember queue ids per process (session 13). A queue the full
+    credential submitted to, and so put in that memory, stays 404 for a credential of the same
+    namespace limited to another queue, single and batched, and nothing is written."""
+    second = client.simulate_post(
+        "/v1/queues", json={"name": "second"}, headers=tenant.headers
+    ).json["data"]["queue_id"]
+    submit(client, tenant, queue_id=second)  # remembered now
+    limited = {**limited_credential(database, tenant, "tasks:submit"), "Idempotency-Key": "k-1"}
+    refused = client.simulate_post("/v1/tasks", json=task_body(second), headers=limited)
+    assert refused.status_code == 404 and refused.json["error"]["code"] == "NOT_FOUND"
+    batch = client.simulate_post(
+        "/v1/tasks/batch",
+        json={"tasks": [{**task_body(second), "idempotency_key": "k-2"}]},
+        headers=limited,
+    )
+    assert batch.json["data"]["results"][0]["error"]["code"] == "NOT_FOUND"
+    assert submit(client, tenant, "k-3", queue_id=tenant.queue_id, expect=None).status_code == 201
+    assert (
+        client.simulate_post(
+            "/v1/tasks", json=task_body(tenant.queue_id), headers=limited
+        ).status_code
+        == 201
+    )
+    [count] = database.query(
+        "SELECT COUNT(*) AS n FROM tasks t JOIN queues q ON q.id = t.queue_id "
+        "WHERE q.public_id = %s",
+        (second,),
+    )
+    assert count["n"] == 1
 
 
 @pytest.mark.parametrize(
