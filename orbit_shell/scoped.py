@@ -68,6 +68,11 @@ class Scope:
     def namespace_id(self) -> int:
         return self.principal.namespace_id
 
+    def covers_queue(self, queue_id: int) -> bool:
+        """Whether the credential's queue scope takes in this queue (what _queue_filter asks
+        of the rows it reads)."""
+        return self.principal.all_queues or queue_id in self.principal.queue_ids
+
     def _queue_filter(self, column: str) -> tuple[str, list[Any]]:
         if self.principal.all_queues:
             return "", []

@@ -44,7 +44,7 @@ class Tasks:
             if len(self.queue_ids) >= self.QUEUE_IDS_MAX:
                 self.queue_ids.clear()
             self.queue_ids[key] = found
-        elif not s.principal.all_queues and found not in s.principal.queue_ids:
+        elif not s.covers_queue(found):
             raise errors.NotFound("queue not found")
         return found
 
