@@ -183,7 +183,7 @@ class Scope:
             "WHERE s.public_id = %s AND s.namespace_id = %s",
             [session_public_id, self.namespace_id],
         )
-        if any(r["queue_id"] not in self.principal.queue_ids for r in rows):
+        if not all(self.covers_queue(r["queue_id"]) for r in rows):
             raise errors.NotFound("worker session not found")
 
     def check_attempt_queue(self, attempt_public_id: str) -> None:
