@@ -40,6 +40,8 @@ BEGIN
   DECLARE v_texts INT DEFAULT 0;
   DECLARE v_retries INT DEFAULT 0;
   DECLARE v_keyed INT DEFAULT 0;
+  DECLARE v_queue_low BIGINT UNSIGNED;
+  DECLARE v_queue_high BIGINT UNSIGNED;
   DECLARE v_fast_seqs TEXT DEFAULT '';
   DECLARE v_ignored BIGINT;
   DECLARE v_now DATETIME(6);
@@ -100,8 +102,9 @@ BEGIN
   IF v_fast > 0 THEN
     -- What the group holds decides which steps below it needs: a batch of successes without
     -- keys skips the retries' two statements and the keys' four.
-    SELECT GROUP_CONCAT(seq), SUM(state = 'RETRY'), SUM(texts), SUM(resource_id > 0)
-      INTO v_fast_seqs, v_retries, v_texts, v_keyed
+    SELECT GROUP_CONCAT(seq), SUM(state = 'RETRY'), SUM(texts), SUM(resource_id > 0),
+           MIN(queue_id), MAX(queue_id)
+      INTO v_fast_seqs, v_retries, v_texts, v_keyed, v_queue_low, v_queue_high
       FROM result_rows_mem;
     SET v_done = v_fast - v_retries;
     IF v_retries > 0 THEN
@@ -158,10 +161,17 @@ BEGIN
              t.error = IF(f.state = 'SUCCEEDED', t.error, COALESCE(NULLIF(j.error, ''), t.error)),
              t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
     END IF;
-    UPDATE queues q
-      JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_rows_mem
-             GROUP BY queue_id) c ON c.queue_id = q.id
-       SET q.active_attempts = q.active_attempts - c.n, q.unfinished_tasks = q.unfinished_tasks - c.done;
+    IF v_queue_low = v_queue_high THEN
+      -- One queue (a worker's usual report): by key, without grouping the rows (session 14).
+      UPDATE queues SET active_attempts = active_attempts - v_fast,
+                        unfinished_tasks = unfinished_tasks - v_done
+       WHERE id = v_queue_low;
+    ELSE
+      UPDATE queues q
+        JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_rows_mem
+               GROUP BY queue_id) c ON c.queue_id = q.id
+         SET q.active_attempts = q.active_attempts - c.n, q.unfinished_tasks = q.unfinished_tasks - c.done;
+    END IF;
     UPDATE worker_sessions SET in_flight = in_flight - v_fast WHERE id = v_session;
     UPDATE applications
        SET active_attempts = active_attempts - v_fast, unfinished_tasks = unfinished_tasks - v_done

@@ -50,7 +50,7 @@ BEGIN
     END IF;
     -- What the claim recovers, room or not: its own guard's read.
     IF NOT v_ready THEN
-      CALL session_recovery_due(v_session, v_now, v_ready);
+      CALL session_recovery_due(v_session, 0, v_now, v_ready);
     END IF;
     SELECT v_ready AS ready;
   END IF;

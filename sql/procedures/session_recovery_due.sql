@@ -1,7 +1,10 @@
--- session_recovery_due(session, now, OUT due): 1 when a queue of the session has something a
--- claim recovers (an expired lease, LEASED or RUNNING, or a DELAYED task whose backoff has run
--- out), else 0. worker_claim asks it before walking its queues for recovery; session_ready asks
--- it so that the probe says yes for the same work.
+-- session_recovery_due(session, only queue, now, OUT due): 1 when a queue of the session has
+-- something a claim recovers (an expired lease, LEASED or RUNNING, or a DELAYED task whose
+-- backoff has run out), else 0. worker_claim asks it before walking its queues for recovery;
+-- session_ready asks it so that the probe says yes for the same work.
+-- A caller that knows the session has one queue passes it (p_only_queue; 0: walk the
+-- session's queues): one statement where the walk takes three, two of them finding the queue
+-- and finding no other (the claim of a worker on one queue, every round; session 14).
 -- The session's first four queues (in id order, stopping at the first that has some) are
 -- asked one statement each: whether an index entry lies in the range (queue, state, up to
 -- now] of ix_attempts_queue_lease for each state, or (queue, 'DELAYED', up to now] of
@@ -22,7 +25,8 @@
 -- shared locks on what any statement but a SELECT reads, READ COMMITTED or not, so a function
 -- called from the claim's SET held its rows to the claim's commit and deadlocked with batch
 -- starts (sql/README.md, "Locking reads").
-CREATE PROCEDURE session_recovery_due(IN p_session BIGINT UNSIGNED, IN p_now DATETIME(6),
+CREATE PROCEDURE session_recovery_due(IN p_session BIGINT UNSIGNED,
+                                      IN p_only_queue BIGINT UNSIGNED, IN p_now DATETIME(6),
                                       OUT p_due TINYINT)
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -31,8 +35,12 @@ BEGIN
   DECLARE v_asked INT DEFAULT 0;
   SET p_due = 0;
   queues: LOOP
-    SELECT MIN(queue_id) INTO v_next FROM worker_session_queues
-     WHERE session_id = p_session AND queue_id > v_queue;
+    IF p_only_queue = 0 THEN
+      SELECT MIN(queue_id) INTO v_next FROM worker_session_queues
+       WHERE session_id = p_session AND queue_id > v_queue;
+    ELSE  -- the one queue, then none
+      SET v_next = IF(v_asked = 0, p_only_queue, NULL);
+    END IF;
     IF v_next IS NULL THEN LEAVE queues; END IF;
     IF v_asked = 4 THEN
       SELECT EXISTS (SELECT 1 FROM worker_session_queues wq

@@ -58,6 +58,8 @@ BEGIN
   DECLARE v_ignored BIGINT;
   DECLARE v_drop INT DEFAULT 0;
   DECLARE v_lease INT UNSIGNED;
+  DECLARE v_only_queue BIGINT UNSIGNED;
+  DECLARE v_only_lease INT UNSIGNED;
   DECLARE v_take INT DEFAULT 0;
   DECLARE v_bad INT DEFAULT 1;
   DECLARE v_lane VARCHAR(10);
@@ -73,7 +75,10 @@ BEGIN
   -- ONLY_FULL_GROUP_BY refuses it). The plan walks the session's queues in id order, and the
   -- application row above already keeps these rows' lockers apart (sql/README.md, lock order).
   -- The counts spare statements below: a second queue to walk, a queue permit limit to check.
-  SELECT COUNT(*), COUNT(max_concurrency) INTO v_queues, v_limited FROM queues
+  -- For a session of one queue (the usual worker) the queue and its lease, when ACTIVE, are
+  -- read here too, sparing the walks' lookups of it (session 14).
+  SELECT COUNT(*), COUNT(max_concurrency), MIN(id), MIN(IF(state = 'ACTIVE', lease_seconds, NULL))
+    INTO v_queues, v_limited, v_only_queue, v_only_lease FROM queues
    WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
    FOR UPDATE;
   SELECT state, capacity, in_flight, concurrency_keys INTO v_state, v_capacity, v_in_flight, v_keys
@@ -87,7 +92,7 @@ BEGIN
   -- found row is re-checked under its lock by the helper. Most claims find nothing to
   -- recover: one plain read over all the session's queues (the probe's,
   -- session_recovery_due) says so, and the per-queue loops run only when it finds something.
-  CALL session_recovery_due(v_session, v_now, v_recover);
+  CALL session_recovery_due(v_session, IF(v_queues = 1, v_only_queue, 0), v_now, v_recover);
   SET v_queue = 0;
   recovery_queues: LOOP
     IF NOT v_recover THEN LEAVE recovery_queues; END IF;
@@ -141,10 +146,14 @@ BEGIN
     -- whether it names a key and whether its deadline has passed.
     queue_loop: LOOP
       SET v_next = NULL;
-      SELECT wq.queue_id, q.lease_seconds INTO v_next, v_lease FROM worker_session_queues wq
-        JOIN queues q ON q.id = wq.queue_id AND q.state = 'ACTIVE'
-       WHERE wq.session_id = v_session AND wq.queue_id > v_queue
-       ORDER BY wq.queue_id LIMIT 1;
+      IF v_queues = 1 THEN
+        IF v_only_lease IS NOT NULL THEN SET v_next = v_only_queue, v_lease = v_only_lease; END IF;
+      ELSE
+        SELECT wq.queue_id, q.lease_seconds INTO v_next, v_lease FROM worker_session_queues wq
+          JOIN queues q ON q.id = wq.queue_id AND q.state = 'ACTIVE'
+         WHERE wq.session_id = v_session AND wq.queue_id > v_queue
+         ORDER BY wq.queue_id LIMIT 1;
+      END IF;
       IF v_next IS NULL THEN LEAVE queue_loop; END IF;
       SET v_queue = v_next;
       -- A session without concurrency_keys reads the unkeyed rows' own range: through
@@ -249,6 +258,9 @@ BEGIN
              c.attempt_number, c.token, 'LEASED', c.expires_at, v_now
         FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.take = 1 ORDER BY c.priority, c.task_id;
+      -- The statement's first generated id is its least (an AUTO_INCREMENT only grows), in
+      -- every innodb_autoinc_lock_mode: no read of the group for it (session 14).
+      SET v_granted = ROW_COUNT(), v_first_attempt = LAST_INSERT_ID();
       UPDATE claim_candidates_mem c
         STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_number) ON a.task_id = c.task_id AND a.attempt_number = c.attempt_number
          SET c.attempt_id = a.id WHERE c.take = 1;
@@ -269,17 +281,19 @@ BEGIN
       UPDATE claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
          SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
-      UPDATE queues q
-        JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c
-          ON c.queue_id = q.id
-         SET q.active_attempts = q.active_attempts + c.n;
+      IF v_queues = 1 THEN  -- by key, without grouping the candidates (session 14)
+        UPDATE queues SET active_attempts = active_attempts + v_granted WHERE id = v_only_queue;
+      ELSE
+        UPDATE queues q
+          JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c
+            ON c.queue_id = q.id
+           SET q.active_attempts = q.active_attempts + c.n;
+      END IF;
       INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                                 from_state, to_state, actor, details, created_at)
       SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'CLAIMED', 'WAITING', 'LEASED',
              v_actor, NULL, v_now
         FROM claim_candidates_mem WHERE take = 1 ORDER BY attempt_id;
-      SELECT COUNT(*), MIN(attempt_id) INTO v_granted, v_first_attempt
-        FROM claim_candidates_mem WHERE take = 1;
     ELSE
     grants: BEGIN
       DECLARE v_done TINYINT DEFAULT 0;
