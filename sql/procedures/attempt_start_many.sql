@@ -80,11 +80,15 @@ BEGIN
     SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'STARTED', 'LEASED', 'RUNNING',
            CONCAT('session:', p_session_public_id), NULL, v_now
       FROM start_fast_mem ORDER BY seq;
-    SELECT GROUP_CONCAT(seq), JSON_ARRAYAGG(JSON_OBJECT('seq', seq, 'id', attempt_id, 'error', ''))
-      INTO v_fast_seqs, v_out FROM start_fast_mem;
   END IF;
 
   SET v_n = JSON_LENGTH(p_attempt_ids);
+  -- The group's answer rows, but for a brief answer of a batch the group holds whole (the
+  -- worker's start): that answer reads the group itself (session 14).
+  IF v_fast > 0 AND NOT (v_fast = v_n AND p_brief) THEN
+    SELECT GROUP_CONCAT(seq), JSON_ARRAYAGG(JSON_OBJECT('seq', seq, 'id', attempt_id, 'error', ''))
+      INTO v_fast_seqs, v_out FROM start_fast_mem;
+  END IF;
   batch_items: WHILE v_i < v_n AND v_fast < v_n DO  -- nothing left when the group holds every item
     IF v_fast > 0 AND FIND_IN_SET(v_i, v_fast_seqs) > 0 THEN
       SET v_i = v_i + 1;
@@ -106,7 +110,9 @@ BEGIN
     SET v_i = v_i + 1;
   END WHILE batch_items;
   COMMIT;
-  IF p_brief THEN
+  IF v_fast = v_n AND p_brief THEN
+    SELECT seq, NULL AS item_error FROM start_fast_mem ORDER BY seq;
+  ELSEIF p_brief THEN
     SELECT j.seq, NULLIF(j.error, '') AS item_error
       FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
                                              error VARCHAR(512) PATH '$.error')) j

@@ -192,6 +192,26 @@ def test_batch_start_brief_answers_started_or_the_items_error(client, tenant, da
     assert again["results"][0]["data"] == {"attempt_id": a["attempt_id"], "state": "RUNNING"}
 
 
+def test_batch_start_brief_of_a_whole_group_answers_each_item_in_order(client, tenant, database):
+    """A brief batch that starts every item (the SDK worker's start, answered from the group
+    itself since session 14): one answer per item, in the order asked, each RUNNING."""
+    for _ in range(3):
+        submit(client, tenant, None, 201)
+    mine = Session(client, tenant)
+    ids = [a["attempt_id"] for a in mine.claim(max=3)]
+    asked = ids[::-1]  # not the grant order: the answer follows the request
+    started = client.simulate_post(
+        "/v1/attempts/start",
+        headers=tenant.headers,
+        json={"session_id": mine.id, "attempt_ids": asked, "brief": True},
+    ).json["data"]
+    assert [r["data"] for r in started["results"]] == [
+        {"attempt_id": i, "state": "RUNNING"} for i in asked
+    ]
+    rows = database.query("SELECT state FROM attempts WHERE public_id IN (%s, %s, %s)", tuple(ids))
+    assert [r["state"] for r in rows] == ["RUNNING"] * 3
+
+
 def test_batch_result_from_another_session_is_lease_lost(client, tenant):
     submit(client, tenant, None, 201)
     mine, theirs = Session(client, tenant), Session(client, tenant)
