@@ -1,6 +1,7 @@
 -- session_assignments: the task.assign rows of a session's in-flight attempts with
 -- attempts.id >= p_min_attempt_id (0 = all; claim passes its first new attempt id).
--- Read-only helper; result set columns are what the shell turns into task.assign (W2, W7).
+-- Read-only helper; result set columns are what the shell turns into task.assign (W2, W7),
+-- and no more: each column costs every claim's client a descriptor and a field to parse.
 -- Index: ix_attempts_session (session_id, state), then each row's task and queue by primary
 -- key: the join order and indexes are fixed (sql/README.md, "Plans that do not depend on
 -- statistics"), or a stale row estimate for attempts makes the optimizer start from tasks.
@@ -8,12 +9,10 @@ CREATE PROCEDURE session_assignments(IN p_session_id BIGINT UNSIGNED,
                                      IN p_min_attempt_id BIGINT UNSIGNED)
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
-  SELECT a.public_id AS attempt_id, a.attempt_number, a.state AS attempt_state,
-         a.concurrency_token, a.lease_expires_at,
+  SELECT a.public_id AS attempt_id, a.attempt_number, a.concurrency_token, a.lease_expires_at,
          t.public_id AS task_id, q.public_id AS queue_id, t.handler, t.handler_version,
          t.payload_version, t.payload, t.business_key, t.concurrency_key, t.priority,
-         t.state AS task_state, t.max_attempts, t.deadline_at, t.created_at,
-         t.schedule_id, t.fire_time
+         t.max_attempts, t.deadline_at, t.created_at
     FROM attempts a FORCE INDEX (ix_attempts_session)
     STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id
     STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = t.queue_id
