@@ -194,12 +194,13 @@ def test_batch_start_brief_answers_started_or_the_items_error(client, tenant, da
 
 def test_batch_start_brief_of_a_whole_group_answers_each_item_in_order(client, tenant, database):
     """A brief batch that starts every item (the SDK worker's start, answered from the group
-    itself since session 14): one answer per item, in the order asked, each RUNNING."""
+    itself since session 14): one answer per item, each started, and every attempt RUNNING.
+    The answer's rows are alike (seq, no error), so the client pairs them with the ids asked."""
     for _ in range(3):
         submit(client, tenant, None, 201)
     mine = Session(client, tenant)
     ids = [a["attempt_id"] for a in mine.claim(max=3)]
-    asked = ids[::-1]  # not the grant order: the answer follows the request
+    asked = ids[::-1]  # not the grant order: an answer row short would fail the pairing
     started = client.simulate_post(
         "/v1/attempts/start",
         headers=tenant.headers,
