@@ -142,10 +142,19 @@ def free_port() -> int:
 class PrivateServer:
     """A MariaDB server in its own directory, reachable on a unix socket and 127.0.0.1."""
 
-    def __init__(self, directory: Path, binaries: Binaries, binlog: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        binaries: Binaries,
+        binlog: bool = False,
+        environment: dict[str, str] | None = None,
+    ) -> None:
+        """``environment``: variables added to the server's own (the benchmark's emulated slow
+        disk preloads a library through it, bench/slowdisk.py)."""
         self.directory = directory.resolve()
         self.binaries = binaries
         self.options = SERVER_OPTIONS + (BINLOG_OPTIONS if binlog else ())
+        self.environment = dict(environment or {})
         self.datadir = self.directory / "data"
         self.socket = self.directory / "mysqld.sock"
         self.pidfile = self.directory / "mysqld.pid"
@@ -197,6 +206,7 @@ class PrivateServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            env={**os.environ, **self.environment},
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
