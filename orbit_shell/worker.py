@@ -8,7 +8,8 @@ each attempt keeping its own answer. With ``prefetch`` the worker holds up to th
 claimed attempts beyond its running handlers, not started, so a freed handler starts the next
 one without waiting for a report and a claim. When every slot is held, a report also claims the
 slots it frees, in the same transaction (``claim_with_report``), so a round of a busy worker
-without prefetch is two requests::
+without prefetch is two requests; a report that releases keys claims one task per key even
+with slots free (the key's next task is promoted in that transaction)::
 
     worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
 
@@ -165,7 +166,9 @@ class Worker:
             report goes at once when it holds everything in flight: nothing else could join.
         claim_with_report: when every slot is held, a report claims the slots it frees in
             the same request and transaction (``POST /v1/workers/{id}/report-and-claim``),
-            one request and one commit fewer per round. Where the server refuses that call
+            one request and one commit fewer per round; with slots free, one per key the
+            report releases (it takes the key's next task at once, where the long poll would
+            find it only at its next probe). Where the server refuses that call
             (an older server, or a direct account without EXECUTE on it) the worker says so
             once and reports and claims apart from then on.
     """
@@ -496,7 +499,7 @@ class Worker:
         ]
         answers: list[Any] = [None] * len(batch)
         wires: list[dict[str, Any]] = []
-        want = self._claim_with(len(batch))
+        want = self._claim_with([event for event, *_ in batch])
         backoff = 0.1
         for _ in range(8):  # an identical result is idempotent, so resending the batch is safe
             try:
@@ -541,13 +544,18 @@ class Worker:
                 log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
         self._dispatch(wires, released=[event for event, *_ in batch])
 
-    def _claim_with(self, reported: int) -> int:
-        """How many a report of ``reported`` attempts should claim: the slots it frees, when
-        every slot is held (0: report alone). With a slot already free the claim loop is
-        claiming or long-polling on its own, and a report that claimed too would split the
-        work that arrives into more, smaller claims, each holding the application row that
-        submissions wait for (bench/README.md, session 11: 0.87x on the e2e run of single
-        submissions)."""
+    def _claim_with(self, reported: Sequence[TaskEvent]) -> int:
+        """How many a report of ``reported`` should claim in the same request (0: report
+        alone): the slots it frees when every slot is held; else one per key it releases.
+
+        With a slot already free the claim loop is claiming or long-polling on its own, and a
+        report that claimed too would split the work that arrives into more, smaller claims,
+        each holding the application row that submissions wait for (bench/README.md, session
+        11: 0.87x on the e2e run of single submissions). A released key is the exception: its
+        result promotes the key's next parked task (K6), which a claim in the same transaction
+        takes at once, where the long poll would see it only at its next probe, 20-50 ms
+        later; a hot key's tasks run one after another, so that wait was most of each one's
+        turn (bench/README.md, session 15)."""
         if not self.claim_with_report or self._stopping.is_set():
             return 0
         if not hasattr(self.transport, "report_and_claim"):  # a transport made before it
@@ -555,9 +563,10 @@ class Worker:
         with self._slots:
             held = len(self.inflight)
         room = self.capacity + self.prefetch
+        freed = room - (held - len(reported))
         if held < room:
-            return 0
-        return min(room - (held - reported), BATCH_MAX)
+            freed = min(freed, sum(1 for e in reported if e.task.concurrency_key is not None))
+        return min(freed, BATCH_MAX)
 
     def _renew_loop(self) -> None:
         interval = max(0.2, self.lease_seconds / 3)

@@ -302,6 +302,29 @@ def test_reports_refill_the_slots_they_free_without_prefetch(make_worker, api, c
         assert counting.calls["report_and_claim"] == 0
 
 
+@pytest.mark.parametrize("keyed", [True, False])
+def test_a_report_that_frees_a_key_claims_the_next_task_with_slots_free(make_worker, api, keyed):
+    """Six tasks of one key run one after another: each result releases the key and promotes
+    the next (K6), and with slots free its report still claims, in the same transaction, one
+    task per key it released, so the next task comes with the report instead of at the long
+    poll's next probe. Unkeyed reports with slots free report alone (the claim loop claims)."""
+    q = api.create_queue("hot-key").queue_id
+    key = f"hot/{secrets.token_hex(4)}" if keyed else None
+    ids = [_submit(api, q, key=key) for _ in range(6)]
+    worker = make_worker([q], capacity=10)
+    worker.transport = counting = Counting(worker.transport)
+    worker.register("job", "v1", lambda event: None)
+    worker.start()
+    assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+    if keyed:
+        # The key is busy from the first claim on, so only a report may take its next task.
+        assert counting.granted["claim"] == 1, dict(counting.granted)
+        assert counting.granted["report_and_claim"] == 5, dict(counting.granted)
+    else:
+        assert counting.calls["report_and_claim"] == 0, dict(counting.calls)
+        assert counting.granted["claim"] == 6
+
+
 class WithoutReportAndClaim:
     """A transport written against the protocol before report_and_claim existed."""
 
