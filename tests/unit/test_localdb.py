@@ -1,4 +1,4 @@
-"""The private-database module's decisions that do not need a server."""
+"""The private-database module: its decisions, and the environment a server starts with."""
 
 from __future__ import annotations
 
