@@ -497,9 +497,10 @@ class Worker:
             }
             for event, outcome, retryable, result, error in batch
         ]
+        events = [event for event, *_ in batch]
         answers: list[Any] = [None] * len(batch)
         wires: list[dict[str, Any]] = []
-        want = self._claim_with([event for event, *_ in batch])
+        want = self._claim_with(events)
         backoff = 0.1
         for _ in range(8):  # an identical result is idempotent, so resending the batch is safe
             try:
@@ -542,7 +543,7 @@ class Worker:
                 log.error("result refused: %s", answer, extra={"action": "worker.result", **ids})
             else:
                 log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
-        self._dispatch(wires, released=[event for event, *_ in batch])
+        self._dispatch(wires, released=events)
 
     def _claim_with(self, reported: Sequence[TaskEvent]) -> int:
         """How many a report of ``reported`` should claim in the same request (0: report
