@@ -41,16 +41,32 @@ def _view(row) -> dict:
     }
 
 
+def _queue_scope(s) -> set[str] | None:
+    """The public ids of the queues a queue-limited credential covers; None for all queues."""
+    if s.principal.all_queues:
+        return None
+    return {q["public_id"] for q in s.queues()}
+
+
+def _visible(s, rows: list[dict], allowed: set[str] | None) -> bool:
+    """Whether every row's current task goes to a queue the credential covers."""
+    return allowed is None or all(
+        json.loads(r["definition"])["task"]["queue_id"] in allowed for r in rows
+    )
+
+
 class Schedules:
     def __init__(self, max_body: int) -> None:
         self.max_body = max_body
 
     def _row(self, s, schedule_id: str) -> dict:
+        """The schedule with its current version; NOT_FOUND outside the namespace or when its
+        task's queue is outside the credential's queue scope (SPEC 1, L4)."""
         rows = s.db.query(
             f"SELECT {COLUMNS} {FROM} WHERE s.public_id = %s AND s.namespace_id = %s",
             (schedule_id, s.namespace_id),
         )
-        if not rows:
+        if not rows or not _visible(s, rows, _queue_scope(s)):
             raise errors.NotFound("schedule not found")
         return rows[0]
 
@@ -78,7 +94,8 @@ class Schedules:
         rows = s.db.query(
             f"SELECT {COLUMNS} {FROM} WHERE s.namespace_id = %s ORDER BY s.id", (s.namespace_id,)
         )
-        ok(req, resp, [_view(r) for r in rows])
+        allowed = _queue_scope(s)
+        ok(req, resp, [_view(r) for r in rows if _visible(s, [r], allowed)])
 
     def on_get_item(self, req: falcon.Request, resp: falcon.Response, schedule_id: str) -> None:
         s = scope(req, "tasks:read")

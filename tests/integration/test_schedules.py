@@ -10,7 +10,7 @@ import pytest
 
 from orbit_shell import db, schedules
 from orbit_shell.db import Database
-from tests.helpers import Session, task_body
+from tests.helpers import Session, limited_credential, task_body
 
 
 def _create(client, tenant, key="", rule=None, name="every-minute"):
@@ -240,3 +240,42 @@ def test_a_scheduler_tick_reads_the_due_index_and_sorts_nothing_on_disk(client, 
         assert on_disk() - before == 0
     finally:
         one.close()
+
+
+def test_l4_a_queue_limited_credential_sees_no_schedule_of_another_queue(client, tenant, database):
+    """SPEC 1 / L4: a credential limited to queue Q1 neither lists, reads, pauses nor moves
+    into Q1 (by a new version) a schedule whose task goes to Q2: each answers 404."""
+    other = client.simulate_post("/v1/queues", headers=tenant.headers, json={"name": "q2"})
+    q2 = other.json["data"]["queue_id"]
+    mine = _create(client, tenant, name="in-q1")
+    theirs = client.simulate_post(
+        "/v1/schedules",
+        headers=tenant.headers,
+        json={
+            "name": "in-q2",
+            "rule": {"interval_seconds": 60},
+            "definition": {"task": task_body(q2)},
+        },
+    ).json["data"]
+    limited = limited_credential(database, tenant, "queues:manage,tasks:read")
+    listed = client.simulate_get("/v1/schedules", headers=limited).json["data"]
+    assert [s["schedule_id"] for s in listed] == [mine["schedule_id"]]
+    sid = theirs["schedule_id"]
+    assert client.simulate_get(f"/v1/schedules/{sid}", headers=limited).status_code == 404
+    assert client.simulate_post(f"/v1/schedules/{sid}/pause", headers=limited).status_code == 404
+    moved = client.simulate_post(
+        f"/v1/schedules/{sid}/versions",
+        headers=limited,
+        json={"definition": {"task": task_body(tenant.queue_id)}},
+    )
+    assert moved.status_code == 404
+    unchanged = client.simulate_get(f"/v1/schedules/{sid}", headers=tenant.headers).json["data"]
+    assert unchanged["state"] == "ACTIVE" and unchanged["version"] == 1
+    assert unchanged["definition"]["task"]["queue_id"] == q2
+    # the credential still manages its own queue's schedule
+    assert (
+        client.simulate_post(
+            f"/v1/schedules/{mine['schedule_id']}/pause", headers=limited
+        ).status_code
+        == 200
+    )
