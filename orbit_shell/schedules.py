@@ -23,7 +23,7 @@ import zoneinfo
 from dataclasses import dataclass
 from typing import Any
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from . import errors, validation
 from .db import Database
@@ -98,7 +98,12 @@ class RuleCheck(validation.Check):
             zoneinfo.ZoneInfo(zone)
         except (ValueError, zoneinfo.ZoneInfoNotFoundError):
             raise field_error(f"{name}.timezone", "must be an IANA time zone name") from None
-        return Rule("CRON", cron=expr, timezone=zone)
+        rule = Rule("CRON", cron=expr, timezone=zone)
+        try:
+            rule.next_after(utcnow())
+        except CroniterBadDateError:  # valid fields that no date matches: 0 0 31 2 *
+            raise field_error(f"{name}.cron", "never fires: no date matches it") from None
+        return rule
 
 
 class DefinitionCheck(validation.Check):

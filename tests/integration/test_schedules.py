@@ -138,6 +138,7 @@ def test_pause_and_resume(client, tenant, database, orbit_dsn):
     ("rule", "field"),
     [
         ({"cron": "61 * * * *", "timezone": "UTC"}, "rule.cron"),
+        ({"cron": "0 0 31 2 *", "timezone": "UTC"}, "rule.cron"),  # valid fields, never fires
         ({"cron": "* * * * *", "timezone": "Mars/Olympus"}, "rule.timezone"),
         ({"interval_seconds": 0}, "rule.interval_seconds"),
         ({"every": 5}, "rule"),
