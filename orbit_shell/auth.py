@@ -18,7 +18,14 @@ from .db import Database
 
 PREFIX = "orb_"
 TOKEN_RE = re.compile(r"^orb_([0-9a-f]{16})_([A-Za-z0-9_-]{43})$")
-SCOPES = ("queues:manage", "tasks:submit", "tasks:read", "workers:connect", "workers:consume")
+SCOPES = (
+    "queues:manage",
+    "tasks:submit",
+    "tasks:read",
+    "tasks:manage",  # cancel and resolve
+    "workers:connect",
+    "workers:consume",
+)
 # A hash that can never match, compared when the credential id is unknown so that an unknown id
 # and a wrong secret take the same path.
 _NEVER = "0" * 64

@@ -102,13 +102,13 @@ ROUTES: list[Route] = [
         "/v1/tasks/{task_id}/cancel",
         "tasks",
         "cancel",
-        {"post": Op("Cancel a task that has not started", "tasks:submit", v.EMPTY)},
+        {"post": Op("Cancel a task that has not started", "tasks:manage", v.EMPTY)},
     ),
     Route(
         "/v1/tasks/{task_id}/resolve",
         "tasks",
         "resolve",
-        {"post": Op("Resolve a NEEDS_REVIEW task", "tasks:submit", v.TASK_RESOLVE)},
+        {"post": Op("Resolve a NEEDS_REVIEW task", "tasks:manage", v.TASK_RESOLVE)},
     ),
     Route(
         "/v1/schedules",

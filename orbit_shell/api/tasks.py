@@ -161,20 +161,28 @@ class Tasks:
         )
 
     def on_post_cancel(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
-        s = scope(req, "tasks:submit")
+        s = scope(req, "tasks:manage")
         read_json(req, validation.EMPTY, self.max_body)
         s.task(task_id)
         s.db.call("task_cancel", s.namespace_id, task_id, s.principal.actor)
-        ok(req, resp, serialize.task_detail(s.task(task_id)))
+        ok(req, resp, _as_read_scope_allows(s, s.task(task_id)))
 
     def on_post_resolve(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
-        s = scope(req, "tasks:submit")
+        s = scope(req, "tasks:manage")
         body = read_json(req, validation.TASK_RESOLVE, self.max_body)
         s.task(task_id)
         s.db.call(
             "task_resolve", s.namespace_id, task_id, body["state"], s.principal.actor, body["note"]
         )
-        ok(req, resp, serialize.task_detail(s.task(task_id)))
+        ok(req, resp, _as_read_scope_allows(s, s.task(task_id)))
+
+
+def _as_read_scope_allows(s, row: dict) -> dict:
+    """An action's answer: the task's detail for a credential that may read tasks, its
+    summary (no payload, result or error) for one that may only act on them."""
+    if "tasks:read" in s.principal.scopes:
+        return serialize.task_detail(row)
+    return serialize.task_summary(row)
 
 
 def submit(s, queue_id: int, idem: str, body: dict) -> dict:

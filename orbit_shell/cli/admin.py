@@ -18,7 +18,7 @@ from .. import auth, db, errors
 from ..db import Database
 from ..validation import HEX32
 
-BASE_SCOPES = ("queues:manage", "tasks:submit", "tasks:read")
+BASE_SCOPES = ("queues:manage", "tasks:submit", "tasks:read", "tasks:manage")
 WORKER_SCOPES = ("workers:connect", "workers:consume")
 
 

@@ -47,6 +47,7 @@ def test_bootstrap_writes_a_private_file_and_stores_only_a_hash(orbit_dsn, datab
         "queues:manage",
         "tasks:submit",
         "tasks:read",
+        "tasks:manage",
         "workers:connect",
         "workers:consume",
     }

@@ -458,3 +458,29 @@ def test_openapi_matches_the_routes(app, client):
     submit_op = doc["paths"]["/v1/tasks"]["post"]
     props = submit_op["requestBody"]["content"]["application/json"]["schema"]["properties"]
     assert "concurrency_key" in props and props["priority"]["maximum"] == 9
+
+
+def test_cancel_and_resolve_need_tasks_manage_and_answer_what_the_read_scope_allows(
+    client, tenant, database
+):
+    """A submit-only credential cancels nothing (403, the task unchanged); one that may manage
+    but not read tasks cancels, and its answer carries no payload."""
+    task_id = submit(client, tenant, None, 201, payload={"secret": "s3"}).json["data"]["task_id"]
+    submitter = limited_credential(database, tenant, "tasks:submit")
+    refused = client.simulate_post(f"/v1/tasks/{task_id}/cancel", headers=submitter)
+    assert refused.status_code == 403 and refused.json["error"]["code"] == "PERMISSION_DENIED"
+    resolve = client.simulate_post(
+        f"/v1/tasks/{task_id}/resolve", headers=submitter, json={"state": "FAILED"}
+    )
+    assert resolve.status_code == 403
+    detail = client.simulate_get(f"/v1/tasks/{task_id}", headers=tenant.headers).json["data"]
+    assert detail["state"] == "WAITING"
+    manager = limited_credential(database, tenant, "tasks:manage")
+    cancelled = client.simulate_post(f"/v1/tasks/{task_id}/cancel", headers=manager)
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json["data"]["state"] == "CANCELLED"
+    assert "payload" not in cancelled.json["data"] and "s3" not in cancelled.text
+    assert (
+        "payload"
+        in client.simulate_get(f"/v1/tasks/{task_id}", headers=tenant.headers).json["data"]
+    )
