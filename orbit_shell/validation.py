@@ -21,6 +21,34 @@ from .errors import InvalidArgument, field_error
 MISSING: Any = object()
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 MAX_KEY_CHARS = 191
+# L2: how deeply a request body may nest arrays and objects. MariaDB's JSON functions refuse
+# more than 31 levels, and a batch's items reach the routines inside a JSON array of objects
+# (two levels more than in the body, less its own one): 30 keeps every accepted value within
+# what each routine can read, and far below Python's recursion limit, so nothing accepted can
+# make a later call or answer fail.
+MAX_JSON_DEPTH = 30
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def check_json_depth(raw: bytes, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raise INVALID_ARGUMENT when the JSON text ``raw`` nests deeper than ``limit``.
+
+    Runs before parsing, so a body nested thousands deep never reaches the parser's
+    recursion. Brackets inside strings do not count."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return  # too few brackets to nest that deep: the common case costs two counts
+    depth = 0
+    for token in _JSON_TOKENS.finditer(raw):
+        mark = token.group()
+        if mark in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                raise InvalidArgument(
+                    f"request body nests arrays and objects deeper than {limit} levels",
+                    [{"field": "body", "message": f"nested deeper than {limit} levels"}],
+                )
+        elif mark in (b"]", b"}"):
+            depth -= 1
 
 
 def validate_concurrency_key(value: Any, name: str = "concurrency_key") -> str:

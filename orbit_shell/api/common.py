@@ -10,7 +10,7 @@ import falcon
 
 from .. import errors
 from ..scoped import Scope
-from ..validation import Shape
+from ..validation import Shape, check_json_depth
 
 
 def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, Any]:
@@ -28,6 +28,7 @@ def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, An
     media = (req.content_type or "").split(";")[0].strip().lower()
     if media != "application/json":
         raise errors.UnsupportedMediaType()
+    check_json_depth(raw)
     try:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):

@@ -13,7 +13,8 @@ from orbit_shell.api.app import create_app
 from orbit_shell.cli.admin import bootstrap
 from orbit_shell.config import Config
 from orbit_shell.db import Database
-from tests.helpers import limited_credential
+from orbit_shell.validation import MAX_JSON_DEPTH
+from tests.helpers import Session, limited_credential, submit, task_body
 
 
 def _assert_error(result, status, code):
@@ -59,6 +60,78 @@ def test_bad_json_oversized_and_wrong_media_type(client, tenant):
         415,
         "UNSUPPORTED_MEDIA_TYPE",
     )
+
+
+def _nested(depth: int):
+    value: object = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [31, 980, 5000])
+def test_l2_json_nested_too_deep_is_400_on_every_json_route_and_stores_nothing(
+    client, tenant, database, depth
+):
+    """L2: the nesting limit is checked at the door. A payload nested 980 deep was accepted
+    and then made every claim that included it fail after its commit; 985 or more was a 500
+    on any JSON route (the parser's recursion)."""
+    h = {
+        **tenant.headers,
+        "Idempotency-Key": f"deep-{depth}",
+        "Content-Type": "application/json",
+    }
+    deep_text = "[" * depth + '"leaf"' + "]" * depth  # json.dumps itself would recurse
+    body = json.dumps(task_body(tenant.queue_id, payload="PAYLOAD")).replace('"PAYLOAD"', deep_text)
+    _assert_error(client.simulate_post("/v1/tasks", body=body, headers=h), 400, "INVALID_ARGUMENT")
+    deep = '{"name": ' + deep_text + "}"
+    for path in ("/v1/queues", "/v1/workers/hello", "/v1/tasks/batch", "/v1/schedules"):
+        _assert_error(client.simulate_post(path, body=deep, headers=h), 400, "INVALID_ARGUMENT")
+    assert database.query(
+        "SELECT COUNT(*) AS n FROM tasks WHERE namespace_id = %s", (tenant.namespace_id,)
+    ) == [{"n": 0}]
+
+
+def test_l2_the_deepest_accepted_payload_reaches_a_worker_and_back(client, tenant):
+    """At the limit (30 levels in the body) a payload is stored, claimed in a batch, started
+    and reported with a result as deep, through every route a worker uses."""
+    payload = _nested(MAX_JSON_DEPTH - 1)  # the body's object is the 30th level
+    submit(client, tenant, None, 201, payload=payload)
+    batch_payload = _nested(MAX_JSON_DEPTH - 3)  # body, tasks list, item
+    batch = client.simulate_post(
+        "/v1/tasks/batch",
+        headers=tenant.headers,
+        json={
+            "tasks": [
+                {"idempotency_key": "b-1", **task_body(tenant.queue_id, payload=batch_payload)}
+            ]
+        },
+    )
+    assert batch.json["data"]["results"][0]["status"] == 201, batch.text
+    session = Session(client, tenant, capacity=2)
+    assignments = session.claim(2)
+    assert sorted(json.dumps(a["task"]["payload"]) for a in assignments) == sorted(
+        [json.dumps(payload), json.dumps(batch_payload)]
+    )
+    ids = [a["attempt_id"] for a in assignments]
+    started = client.simulate_post(
+        "/v1/attempts/start",
+        headers=tenant.headers,
+        json={"session_id": session.id, "attempt_ids": ids, "brief": True},
+    )
+    assert [r["status"] for r in started.json["data"]["results"]] == [200, 200]
+    report = client.simulate_post(
+        f"/v1/workers/{session.id}/report-and-claim",
+        headers=tenant.headers,
+        json={
+            "max": 0,
+            "results": [
+                {"attempt_id": i, "outcome": "succeeded", "result": _nested(MAX_JSON_DEPTH - 4)}
+                for i in ids
+            ],
+        },
+    )
+    assert [r["status"] for r in report.json["data"]["results"]] == [200, 200], report.text
 
 
 def test_unknown_fields_are_rejected_with_details(client, tenant):
