@@ -1,7 +1,10 @@
 -- attempt_recover: lease recovery of one attempt (SPEC 3). Idempotent: an attempt that is no
 -- longer LEASED/RUNNING, or whose lease has not expired, is left alone.
 -- Helper inside the caller's transaction; the caller holds the application row.
---   expired LEASED  -> attempt EXPIRED, task back to WAITING (or DEADLINE_EXCEEDED if past it)
+--   expired LEASED  -> attempt EXPIRED, task back to WAITING (or DEADLINE_EXCEEDED if past it);
+--                      once max_attempts of its attempts have expired before start, FAILED
+--                      (L3: a task no worker ever starts, say one whose answer cannot reach
+--                      it, is dispatched a bounded number of times and ends where people look)
 --   expired RUNNING -> attempt UNKNOWN, task NEEDS_REVIEW (the effect is unknown)
 -- Permits, including the key, are released in the same transaction (K6).
 -- Locks: tasks row, attempts row, then attempt_release's order.
@@ -16,21 +19,32 @@ BEGIN
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_queue BIGINT UNSIGNED;
   DECLARE v_session BIGINT UNSIGNED;
+  DECLARE v_max_attempts INT UNSIGNED;
+  DECLARE v_unstarted INT UNSIGNED;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
 
   SELECT a.task_id, a.state, a.namespace_id, a.concurrency_token, t.deadline_at,
-         a.application_id, a.queue_id, a.session_id
-    INTO v_task, v_state, v_ns, v_token, v_deadline, v_app, v_queue, v_session
+         a.application_id, a.queue_id, a.session_id, t.max_attempts
+    INTO v_task, v_state, v_ns, v_token, v_deadline, v_app, v_queue, v_session, v_max_attempts
     FROM attempts a JOIN tasks t ON t.id = a.task_id
    WHERE a.id = p_attempt_id AND a.state IN ('LEASED', 'RUNNING') AND a.lease_expires_at <= v_now
      FOR UPDATE;
   IF v_task IS NOT NULL THEN
     IF v_state = 'LEASED' THEN
       CALL attempt_release(p_attempt_id, v_app, v_queue, v_session, 'EXPIRED');
+      -- Counted with this attempt, EXPIRED now; uq_attempts_number reads only the task's.
+      SELECT COUNT(*) INTO v_unstarted FROM attempts WHERE task_id = v_task AND state = 'EXPIRED';
       IF v_deadline IS NOT NULL AND v_deadline <= v_now THEN
         CALL task_finish(v_task, v_app, v_queue, 'DEADLINE_EXCEEDED', NULL, NULL);
         CALL history_add(v_task, v_ns, p_attempt_id, v_token, 'LEASE_EXPIRED', 'LEASED',
                          'DEADLINE_EXCEEDED', p_actor, 'lease expired before start; deadline passed');
+      ELSEIF v_unstarted >= v_max_attempts THEN
+        CALL task_finish(v_task, v_app, v_queue, 'FAILED', NULL,
+                         JSON_OBJECT('code', 'NEVER_STARTED', 'message',
+                                     CONCAT('leased ', v_unstarted, ' times and never started')));
+        CALL history_add(v_task, v_ns, p_attempt_id, v_token, 'DISPATCH_LIMIT', 'LEASED', 'FAILED',
+                         p_actor, CONCAT('lease expired before start; ', v_unstarted,
+                                         ' attempts never started'));
       ELSE
         UPDATE tasks SET state = 'WAITING', available_at = v_now, updated_at = v_now WHERE id = v_task;
         CALL task_enter_lane(v_task);

@@ -878,3 +878,48 @@ def test_set_quota_for_an_unknown_application_fails_clearly(orbit_dsn, capsys, m
     monkeypatch.setenv("ORBIT_MYSQL_DSN", orbit_dsn)
     assert admin(["set-quota", "--application", "no-such-app"]) == 1
     assert "NOT_FOUND" in capsys.readouterr().err
+
+
+def test_l3_a_task_never_started_fails_after_max_attempts_dispatches_and_frees_its_key(eng):
+    """L3: a task whose every attempt expires before start (its answer never reached a
+    worker, or each worker died holding it) is dispatched max_attempts times (the queue's
+    3), then ends FAILED with the reason in its error and history; its key goes to the next
+    task with a larger token, as after any final result (K6, K7)."""
+    session, _ = eng.hello(capacity=1)
+    task = eng.submit("never/k")
+    tokens = []
+    for number in (1, 2, 3):
+        [a] = eng.claim(session, 1)
+        assert (a["task_id"], a["attempt_number"]) == (task, number)
+        tokens.append(int(a["concurrency_token"]))
+        eng.expire(a["attempt_id"])
+        eng.db.call("lease_sweep", 100)
+    row = eng.task(task)
+    assert row["state"] == "FAILED" and row["attempts_used"] == 3
+    assert json.loads(row["error"])["code"] == "NEVER_STARTED"
+    [last] = eng.db.query(
+        "SELECT event, to_state FROM task_history WHERE task_id = %s ORDER BY id DESC LIMIT 1",
+        (row["id"],),
+    )
+    assert last == {"event": "DISPATCH_LIMIT", "to_state": "FAILED"}
+    waiting = eng.submit("never/k")
+    [b] = eng.claim(session, 1)
+    assert b["task_id"] == waiting and int(b["concurrency_token"]) > max(tokens)
+
+
+def test_l3_started_attempts_do_not_count_toward_the_dispatch_bound(eng):
+    """Only attempts that expired before start count: one that started and failed
+    retryably is a retry (SPEC 3), and the task still gets its dispatches."""
+    session, _ = eng.hello(capacity=1)
+    task = eng.submit("")
+    [a] = eng.claim(session, 1)
+    eng.start(session, a["attempt_id"])
+    eng.result(session, a["attempt_id"], "failed", retryable=1)
+    eng.due(task)
+    for _ in range(2):
+        [b] = eng.claim(session, 1)
+        eng.expire(b["attempt_id"])
+        eng.db.call("lease_sweep", 100)
+    assert eng.task(task)["state"] == "WAITING"
+    [c] = eng.claim(session, 1)
+    assert c["attempt_number"] == 4
