@@ -20,6 +20,8 @@ class Config:
         http_workers / http_threads: gunicorn worker processes and threads per process.
         submit_rate / submit_burst: per-credential submissions per second (and burst) that one
             server process accepts before answering 429; rate 0 disables the guard.
+        metrics_token: when set (``ORBIT_METRICS_TOKEN``), ``/metrics`` answers only requests
+            bearing it; unset, it is open to whoever reaches the server.
     """
 
     dsn: str
@@ -32,6 +34,7 @@ class Config:
     http_threads: int = 8
     submit_rate: float = 500.0
     submit_burst: int = 1000
+    metrics_token: str | None = None
 
     @classmethod
     def from_env(cls) -> Config:
@@ -47,4 +50,5 @@ class Config:
             http_threads=int(os.environ.get("ORBIT_HTTP_THREADS", "8")),
             submit_rate=float(os.environ.get("ORBIT_SUBMIT_RATE", "500")),
             submit_burst=int(os.environ.get("ORBIT_SUBMIT_BURST", "1000")),
+            metrics_token=os.environ.get("ORBIT_METRICS_TOKEN") or None,
         )

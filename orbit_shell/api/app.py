@@ -32,6 +32,9 @@ from .workers import Workers
 
 log = logging.getLogger("orbit.api")
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# L5: metric labels come from closed sets. A client can send any method name; each new one
+# used to add a series (18 per name), so the page grew without bound.
+METRIC_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 NUMBER_RE = re.compile(r"^[1-9][0-9]{0,6}$")
 STATUS_CODES = {
     400: "INVALID_ARGUMENT",
@@ -85,8 +88,9 @@ class RequestContext:
     def process_response(self, req, resp, resource, req_succeeded) -> None:
         resp.set_header("X-Request-Id", req.context.request_id)
         route = req.uri_template or "unmatched"
-        self.requests.labels(req.method, route, str(resp.status_code)).inc()
-        self.latency.labels(req.method, route).observe(time.perf_counter() - req.context.started)
+        method = req.method if req.method in METRIC_METHODS else "other"
+        self.requests.labels(method, route, str(resp.status_code)).inc()
+        self.latency.labels(method, route).observe(time.perf_counter() - req.context.started)
 
 
 def _error_body(req: falcon.Request, code: str, message: str, details=None) -> dict:
@@ -131,7 +135,7 @@ def create_app(
     resources = {
         "health": Health(),
         "ready": Ready(config.dsn),
-        "metrics": Metrics(registry, PurgeCollector(database)),
+        "metrics": Metrics(registry, PurgeCollector(database), config.metrics_token),
         "openapi": OpenApi(openapi.build()),
         "queues": Queues(config.max_body_bytes),
         "tasks": Tasks(config.max_body_bytes, SubmitGuard(config.submit_rate, config.submit_burst)),

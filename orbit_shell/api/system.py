@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import os
 
 import falcon
@@ -41,11 +42,16 @@ class Metrics:
     """Prometheus text for the whole server. Under ``orbit`` every gunicorn worker process
     writes its samples to ``PROMETHEUS_MULTIPROC_DIR`` and a scrape adds up all of them,
     whichever worker answers it; without that directory (an app made in-process), the app's
-    own registry. The database's purge gauges (``dbmetrics``) are read at each scrape."""
+    own registry. The database's purge gauges (``dbmetrics``) are read at each scrape.
+
+    With a ``token`` (``ORBIT_METRICS_TOKEN``) a scrape must send ``Authorization: Bearer
+    <token>`` (401 otherwise); without one the page is open to whoever reaches the server
+    (L5: who may read it is the operator's choice, and the default is said in the README)."""
 
     auth_exempt = True
 
-    def __init__(self, registry, purge: PurgeCollector) -> None:
+    def __init__(self, registry, purge: PurgeCollector, token: str | None = None) -> None:
+        self.token = token
         self.registry = registry
         self.purge = purge
         self.shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
@@ -53,6 +59,10 @@ class Metrics:
             registry.register(purge)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if self.token is not None:
+            sent = (req.get_header("Authorization") or "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(sent.encode(), self.token.encode()):
+                raise errors.Unauthenticated("/metrics needs the metrics token")
         registry = self.registry
         if self.shared:
             registry = CollectorRegistry()
