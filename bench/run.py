@@ -97,7 +97,12 @@ class Bench:
                 account = admin.worker_account(
                     self.dsn,
                     argparse.Namespace(
-                        user="bench_worker", host="127.0.0.1", output=str(Path(tmp) / "w.json")
+                        user="bench_worker",
+                        host="127.0.0.1",
+                        output=str(Path(tmp) / "w.json"),
+                        application=self.application,
+                        environment="bench",
+                        namespace="ns",
                     ),
                 )
             self._worker_dsn = account["dsn"]

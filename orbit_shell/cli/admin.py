@@ -115,11 +115,20 @@ HOST_PATTERN = re.compile(r"^[A-Za-z0-9_.%:-]{1,60}$")
 
 
 def worker_account(dsn: str, args: argparse.Namespace) -> dict:
-    """Create (or re-grant) a MySQL account that may only EXECUTE the worker procedures."""
+    """Create (or re-grant) a MySQL account that may only EXECUTE the worker procedures, bound
+    to the namespace named by ``args`` (L4): the procedures refuse it any other. Run again with
+    another namespace, the account is bound to that one too; every run sets a new password."""
     if not ACCOUNT_NAME.match(args.user) or not HOST_PATTERN.match(args.host):
         raise errors.InvalidArgument("user must be [A-Za-z0-9_]{1,32}; host a host pattern")
     password = secrets.token_urlsafe(24)
     settings = db.parse_dsn(dsn)
+    database = Database(dsn, pool_size=1)
+    try:  # bound first: a namespace that does not exist leaves no account behind
+        [[bound]] = database.call(
+            "worker_account_bind", args.user, args.application, args.environment, args.namespace
+        )
+    finally:
+        database.close()
     conn = db.connect(dsn)
     try:
         with conn.cursor() as cur:
@@ -146,6 +155,10 @@ def worker_account(dsn: str, args: argparse.Namespace) -> dict:
         "password": password,
         "dsn": worker_dsn,
         "procedures": list(WORKER_PROCEDURES),
+        "application": args.application,
+        "environment": args.environment,
+        "namespace": args.namespace,
+        "namespaces_bound": bound["namespaces"],
     }
     _write_private(Path(args.output), document)
     return document
@@ -182,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     account.add_argument("--user", required=True)
     account.add_argument("--host", default="%")
+    account.add_argument("--application", required=True)
+    account.add_argument("--environment", required=True)
+    account.add_argument(
+        "--namespace", required=True, help="the namespace it may act for (run again to add one)"
+    )
     account.add_argument("--output", required=True, help="JSON file (0600) with the password")
     cred = sub.add_parser(
         "credential", help="create a credential of an existing namespace with chosen scopes"
@@ -213,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "worker-account":
         try:
             worker_account(dsn, args)
-        except (errors.OrbitError, pymysql.MySQLError) as exc:
+        except errors.OrbitError as exc:
+            print(f"orbit-admin: {exc.code}: {exc.message}", file=sys.stderr)
+            return 1
+        except pymysql.MySQLError as exc:
             print(f"orbit-admin: {exc}", file=sys.stderr)
             return 1
         print(f"worker account {args.user}@{args.host} -> {args.output}")

@@ -22,6 +22,7 @@ BEGIN
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_out MEDIUMTEXT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
   CALL attempt_result_tables();
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;

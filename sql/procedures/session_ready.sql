@@ -25,6 +25,7 @@ BEGIN
   DECLARE v_free BIGINT;
   DECLARE v_ready TINYINT DEFAULT 0;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
+  CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
   SELECT id, state, concurrency_keys, CAST(capacity AS SIGNED) - CAST(in_flight AS SIGNED)
     INTO v_session, v_state, v_keys, v_free

@@ -14,6 +14,7 @@ BEGIN
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_first_attempt BIGINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
   SELECT id, application_id INTO v_session, v_app FROM worker_sessions
    WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;

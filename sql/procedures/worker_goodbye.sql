@@ -9,6 +9,7 @@ CREATE PROCEDURE worker_goodbye(IN p_namespace_id BIGINT UNSIGNED, IN p_session_
 BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   SELECT id INTO v_session FROM worker_sessions

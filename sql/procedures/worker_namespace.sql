@@ -15,5 +15,6 @@ BEGIN
   DECLARE v_env BIGINT UNSIGNED;
   DECLARE v_ns BIGINT UNSIGNED;
   CALL namespace_resolve(p_application, p_environment, p_namespace, v_app, v_env, v_ns);
+  CALL worker_account_check(v_ns);  -- L4: another tenant's names are not found
   SELECT v_app AS application_id, v_ns AS namespace_id, 1 AS worker_protocol;
 END

@@ -27,6 +27,7 @@ BEGIN
   DECLARE v_out MEDIUMTEXT;
   DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
   CALL attempt_result_tables();
   CALL worker_claim_tables();

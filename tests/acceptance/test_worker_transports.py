@@ -4,6 +4,7 @@ transport with the least-privilege account from `orbit-admin worker-account`."""
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import socketserver
 import threading
@@ -35,28 +36,37 @@ from orbit_shell.worker import Retry, UnknownOutcome, Worker
 from tests.conftest import make_tenant
 
 
-@pytest.fixture(scope="session")
-def worker_dsn(orbit_dsn, server, tmp_path_factory):
-    """A direct-worker account made by orbit-admin; its DSN reaches the server over TCP."""
+@pytest.fixture
+def worker_dsn(orbit_dsn, server, tenant, tmp_path):
+    """A direct-worker account made by orbit-admin for the test's tenant; its DSN reaches the
+    server over TCP."""
     name = "orbit_worker_" + secrets.token_hex(3)
-    out = tmp_path_factory.mktemp("acct") / "worker.json"
-    return _account_dsn(orbit_dsn, server, name, out)
+    return _account_dsn(orbit_dsn, server, name, tmp_path / "worker.json", tenant)
 
 
-def _account_dsn(orbit_dsn, server, name: str, out) -> str:
-    """Make the account with orbit-admin; its DSN, reaching the test server over TCP."""
+def _account_dsn(orbit_dsn, server, name: str, out, tenant) -> str:
+    """Make the account with orbit-admin, bound to ``tenant``'s namespace; its DSN, reaching
+    the test server over TCP."""
     doc = worker_account(
-        orbit_dsn, argparse.Namespace(user=name, host="localhost", output=str(out))
+        orbit_dsn,
+        argparse.Namespace(
+            user=name,
+            host="localhost",
+            output=str(out),
+            application=tenant.application,
+            environment="test",
+            namespace=tenant.namespace,
+        ),
     )
     url = urlparse(doc["dsn"])
     suffix = f"?unix_socket={server.socket}" if server.socket else ""
     return f"mysql://{url.username}:{url.password}@{server.host}:{server.port}{url.path}{suffix}"
 
 
-def _account_without(orbit_dsn, server, tmp_path, procedure: str) -> str:
+def _account_without(orbit_dsn, server, tmp_path, procedure: str, tenant) -> str:
     """A worker account as an older orbit-admin made it: without EXECUTE on ``procedure``."""
     name = "orbit_old_" + secrets.token_hex(3)
-    dsn = _account_dsn(orbit_dsn, server, name, tmp_path / f"{name}.json")
+    dsn = _account_dsn(orbit_dsn, server, name, tmp_path / f"{name}.json", tenant)
     conn = db.connect(orbit_dsn)
     try:
         with conn.cursor() as cur:
@@ -426,7 +436,7 @@ def test_an_account_without_report_and_claim_reports_and_claims_apart(
 ):
     """An account made before worker_report_claim existed may not EXECUTE it: its worker says
     so once and reports and claims in separate calls, losing no result."""
-    dsn = _account_without(orbit_dsn, server, tmp_path, "worker_report_claim")
+    dsn = _account_without(orbit_dsn, server, tmp_path, "worker_report_claim", tenant)
     transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
     worker = _run_six(api, "apart", transport)
     assert worker.claim_with_report is False
@@ -643,13 +653,81 @@ def test_least_privilege_account_can_run_worker_procedures_but_not_touch_tables(
         conn.close()
 
 
+def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
+    orbit_server, tenant, tenant_factory, worker_dsn, database
+):
+    """L4: an account orbit-admin made for tenant A gets nothing of tenant B's: it cannot
+    resolve B's names, say hello, claim or probe in B's namespace, or act on B's attempt,
+    even by B's ids (the routines run with their definer's rights, so they check who called).
+    Tenant A's own work goes on. Bound to B as well, it may act for B."""
+    b = tenant_factory()
+    api_b = Client(orbit_server, b.token)
+    try:
+        task_b = _submit(api_b, b.queue_id)
+    finally:
+        api_b.close()
+    with pytest.raises(NotFoundError):
+        MysqlTransport(worker_dsn, b.application, "test", b.namespace)
+    conn = db.connect(worker_dsn)
+    try:
+        with conn.cursor() as cur:
+            for sql, args in (
+                (
+                    "CALL worker_hello(%s, %s, 'intruder', 4, 1, %s, 'x')",
+                    (b.namespace_id, b.application_id, json.dumps([b.queue_id])),
+                ),
+                ("CALL worker_claim(%s, REPEAT('0', 32), 10)", (b.namespace_id,)),
+                ("CALL session_ready(%s, REPEAT('0', 32))", (b.namespace_id,)),
+                ("CALL worker_goodbye(%s, REPEAT('0', 32))", (b.namespace_id,)),
+            ):
+                with pytest.raises(pymysql.err.MySQLError) as info:
+                    cur.execute(sql, args)
+                assert "NOT_FOUND" in str(info.value.args[1]), sql
+    finally:
+        conn.close()
+    # B's session, made over HTTP, with a leased attempt: A's account cannot touch it.
+    session_b = database.call(
+        "worker_hello",
+        b.namespace_id,
+        b.application_id,
+        "b-1",
+        4,
+        1,
+        json.dumps([b.queue_id]),
+        "r",
+    )[0][0]["session_id"]
+    [granted] = database.call("worker_claim", b.namespace_id, session_b, 1)[0]
+    conn = db.connect(worker_dsn)
+    try:
+        with conn.cursor() as cur:
+            with pytest.raises(pymysql.err.MySQLError) as info:
+                cur.execute(
+                    "CALL attempt_start(%s, %s, %s)",
+                    (b.namespace_id, session_b, granted["attempt_id"]),
+                )
+            assert "NOT_FOUND" in str(info.value.args[1])
+    finally:
+        conn.close()
+    [row] = database.query("SELECT state FROM tasks WHERE public_id = %s", (task_b,))
+    assert row["state"] == "LEASED"  # B's attempt was not started by A's account
+    direct = MysqlTransport(worker_dsn, tenant.application, "test", tenant.namespace)
+    assert direct.hello("mine-" + secrets.token_hex(3), [tenant.queue_id], 1, True).session_id
+    database.call(
+        "worker_account_bind", urlparse(worker_dsn).username, b.application, "test", b.namespace
+    )
+    assert (
+        MysqlTransport(worker_dsn, b.application, "test", b.namespace).namespace_id
+        == b.namespace_id
+    )
+
+
 def test_an_account_made_before_the_claim_probe_still_claims(
     orbit_dsn, server, tenant, api, tmp_path, caplog
 ):
     """Accounts made by an older `orbit-admin worker-account` lack EXECUTE on session_ready.
     Their workers must keep claiming (say so once, then poll with claims alone), not fail
     every claim until someone re-runs the command, which also changes the password."""
-    dsn = _account_without(orbit_dsn, server, tmp_path, "session_ready")
+    dsn = _account_without(orbit_dsn, server, tmp_path, "session_ready", tenant)
     transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
     hello = transport.hello("old-" + secrets.token_hex(3), [tenant.queue_id], 2, True)
     assert transport.claim(hello.session_id, 2, 200) == []  # waited, probe refused once
