@@ -665,14 +665,13 @@ def run_threads(fn, n: int) -> None:
 # End to end ---------------------------------------------------------------------------------
 
 
-def start_server(dsn: str, workers: int, threads: int):
+def start_server(dsn: str, workers: int):
     port = localdb.free_port()
     env = dict(
         os.environ,
         ORBIT_MYSQL_DSN=dsn,
         ORBIT_HTTP_ADDR=f"127.0.0.1:{port}",
         ORBIT_HTTP_WORKERS=str(workers),
-        ORBIT_HTTP_THREADS=str(threads),
         # The per-credential submission limit is a policy knob, not what is measured: once
         # submission got cheaper, the peer part's queueing ran into it (429) and its producers
         # died. Off for the bench server.
@@ -1221,7 +1220,7 @@ def main() -> int:
                     flush=True,
                 )
         if parts & {"e2e", "peer"}:
-            proc_server, url = start_server(dsn, workers=4, threads=8)
+            proc_server, url = start_server(dsn, workers=4)
             try:
                 if "peer" in parts:
                     began["peer"] = time.monotonic()

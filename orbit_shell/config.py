@@ -17,9 +17,17 @@ class Config:
         db_pool_size: idle connections kept per process.
         sweep_interval: seconds between lease sweeps (0 disables the sweeper).
         schedule_interval: seconds between scheduler passes (0 disables the scheduler).
-        http_workers / http_threads: gunicorn worker processes and threads per process.
+        http_workers: gunicorn worker processes.
         submit_rate / submit_burst: per-credential submissions per second (and burst) that one
             server process accepts before answering 429; rate 0 disables the guard.
+        http_connections: connections one worker process serves at once (gevent); beyond it
+            the process stops accepting until one ends.
+        longpoll_per_credential / longpoll_max: long polls (claims with wait_ms > 0) the
+            server holds at once for one credential / in all, split evenly over its worker
+            processes; beyond either a claim is 429 with Retry-After (L1).
+        header_timeout / body_timeout: seconds a client may take to send a request's headers
+            / its body; a slower client is cut off (408 for the body).
+        db_max_open: database connections one process opens at most; a call waits for one.
         metrics_token: when set (``ORBIT_METRICS_TOKEN``), ``/metrics`` answers only requests
             bearing it; unset, it is open to whoever reaches the server.
     """
@@ -31,9 +39,14 @@ class Config:
     sweep_interval: float = 1.0
     schedule_interval: float = 1.0
     http_workers: int = 4
-    http_threads: int = 8
     submit_rate: float = 500.0
     submit_burst: int = 1000
+    http_connections: int = 1000
+    longpoll_per_credential: int = 64
+    longpoll_max: int = 1024
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    db_max_open: int = 32
     metrics_token: str | None = None
 
     @classmethod
@@ -47,8 +60,13 @@ class Config:
             sweep_interval=float(os.environ.get("ORBIT_SWEEP_INTERVAL", "1.0")),
             schedule_interval=float(os.environ.get("ORBIT_SCHEDULE_INTERVAL", "1.0")),
             http_workers=int(os.environ.get("ORBIT_HTTP_WORKERS", "4")),
-            http_threads=int(os.environ.get("ORBIT_HTTP_THREADS", "8")),
             submit_rate=float(os.environ.get("ORBIT_SUBMIT_RATE", "500")),
             submit_burst=int(os.environ.get("ORBIT_SUBMIT_BURST", "1000")),
+            http_connections=int(os.environ.get("ORBIT_HTTP_CONNECTIONS", "1000")),
+            longpoll_per_credential=int(os.environ.get("ORBIT_LONGPOLL_PER_CREDENTIAL", "64")),
+            longpoll_max=int(os.environ.get("ORBIT_LONGPOLL_MAX", "1024")),
+            header_timeout=float(os.environ.get("ORBIT_HEADER_TIMEOUT", "10")),
+            body_timeout=float(os.environ.get("ORBIT_BODY_TIMEOUT", "30")),
+            db_max_open=int(os.environ.get("ORBIT_DB_MAX_OPEN", "32")),
             metrics_token=os.environ.get("ORBIT_METRICS_TOKEN") or None,
         )

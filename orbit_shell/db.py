@@ -13,7 +13,9 @@ import contextlib
 import logging
 import queue
 import random
+import select
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -111,34 +113,70 @@ def map_error(exc: pymysql.MySQLError) -> errors.OrbitError | None:
     return errors.Internal()
 
 
+def peer_closed(sock: socket.socket | None) -> bool:
+    """True when the other end of ``sock`` has closed it (it reads end of file), or it is
+    broken; False while it is open, whether or not bytes wait to be read. Costs no round trip.
+
+    Polls with no wait, then peeks only a socket that would not block: a peek with
+    MSG_DONTWAIT is not enough under gevent, whose socket waits out EAGAIN instead of
+    returning it. ``poll``, not ``select``: a server with many connections has descriptors
+    past select's 1,024.
+    """
+    if sock is None:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0)) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):  # reset, or closed under us
+        return True
+
+
 def _peer_closed(conn: pymysql.connections.Connection) -> bool:
     """True when the server already closed this idle connection (EOF waiting on the socket).
 
     A call on such a connection would fail after its bytes were sent, which the caller cannot
     tell apart from a connection lost mid-procedure; checking first costs no round trip.
     """
-    sock = getattr(conn, "_sock", None)  # pymysql keeps the socket here
-    if sock is None:
-        return True
-    try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False  # nothing to read: the connection is idle and alive
-    except OSError:
-        return True
+    return peer_closed(getattr(conn, "_sock", None))  # pymysql keeps the socket here
 
 
 class Database:
-    """A small thread-safe connection pool with the procedure CALL helper."""
+    """A small thread-safe connection pool with the procedure CALL helper.
 
-    def __init__(self, dsn: str, pool_size: int = 8, sleep=time.sleep) -> None:
+    ``max_open`` bounds the connections lent at once, and so the connections this pool ever
+    has open (a new one is opened only when none is idle): a server holding many requests at
+    once (gevent) then waits for a connection instead of opening one per request until the
+    database refuses everyone (max_connections). A wait past ``OPEN_WAIT`` is UNAVAILABLE.
+    """
+
+    OPEN_WAIT = 10.0  # seconds a call waits for a connection when max_open are lent
+
+    def __init__(
+        self, dsn: str, pool_size: int = 8, sleep=None, max_open: int | None = None
+    ) -> None:
         self.dsn = dsn
         self._idle: queue.LifoQueue[pymysql.connections.Connection] = queue.LifoQueue(pool_size)
-        self._sleep = sleep
+        self._sleep = sleep or time.sleep  # looked up now: gevent may have patched it
+        self._lendable = threading.BoundedSemaphore(max_open) if max_open else None
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[pymysql.connections.Connection]:
         """Lend a pooled connection; a connection that failed is closed, not returned."""
+        if self._lendable is None:
+            with self._lend() as conn:
+                yield conn
+            return
+        if not self._lendable.acquire(timeout=self.OPEN_WAIT):
+            raise errors.Unavailable("database busy; retry later")
+        try:
+            with self._lend() as conn:
+                yield conn
+        finally:
+            self._lendable.release()
+
+    @contextlib.contextmanager
+    def _lend(self) -> Iterator[pymysql.connections.Connection]:
         conn = None
         while conn is None:
             try:

@@ -69,6 +69,12 @@ class PayloadTooLarge(OrbitError):
     code, status = "PAYLOAD_TOO_LARGE", 413
 
 
+class RequestTimeout(OrbitError):
+    """The request body did not arrive in time."""
+
+    code, status = "REQUEST_TIMEOUT", 408
+
+
 class UnsupportedMediaType(OrbitError):
     """The request body must be application/json."""
 
@@ -102,6 +108,7 @@ BY_CODE: dict[str, type[OrbitError]] = {
         StateConflict,
         LeaseLost,
         PayloadTooLarge,
+        RequestTimeout,
         UnsupportedMediaType,
         QuotaExceeded,
         Unavailable,

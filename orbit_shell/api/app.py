@@ -13,12 +13,13 @@ import time
 import uuid
 
 import falcon
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .. import auth, errors
 from ..config import Config
 from ..db import Database
 from ..dbmetrics import PurgeCollector
+from ..longpoll import PollGate
 from ..validation import HEX32
 from . import openapi
 from .attempts import Attempts
@@ -41,7 +42,8 @@ STATUS_CODES = {
     401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
     404: "NOT_FOUND",
-    405: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    408: "REQUEST_TIMEOUT",
     409: "STATE_CONFLICT",
     411: "INVALID_ARGUMENT",
     413: "PAYLOAD_TOO_LARGE",
@@ -112,10 +114,10 @@ def _orbit_error(req, resp, ex: errors.OrbitError, params) -> None:
 def _http_error(req, resp, ex: falcon.HTTPError, params) -> None:
     status = ex.status_code
     code = STATUS_CODES.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
-    if status == 405:
-        status = 404  # an unknown method on a known path is an unknown route
     resp.status = status
     resp.media = _error_body(req, code, ex.title or code, [])
+    if ex.headers and "Allow" in ex.headers:  # 405: the methods the path has
+        resp.set_header("Allow", ex.headers["Allow"])
 
 
 def _unexpected(req, resp, ex: Exception, params) -> None:
@@ -128,7 +130,9 @@ def create_app(
     config: Config, database: Database | None = None, registry: CollectorRegistry | None = None
 ) -> falcon.App:
     """Build the WSGI app. Connections are opened lazily, so it is safe before a fork."""
-    database = database or Database(config.dsn, pool_size=config.db_pool_size)
+    database = database or Database(
+        config.dsn, pool_size=config.db_pool_size, max_open=config.db_max_open
+    )
     registry = registry or CollectorRegistry()
     app = falcon.App(middleware=[RequestContext(database, registry)])
     app.req_options.strip_url_path_trailing_slash = False
@@ -139,7 +143,20 @@ def create_app(
         "openapi": OpenApi(openapi.build()),
         "queues": Queues(config.max_body_bytes),
         "tasks": Tasks(config.max_body_bytes, SubmitGuard(config.submit_rate, config.submit_burst)),
-        "workers": Workers(config.max_body_bytes),
+        "workers": Workers(
+            config.max_body_bytes,
+            PollGate(
+                config.longpoll_per_credential,
+                config.longpoll_max,
+                config.http_workers,
+                Gauge(
+                    "orbit_longpolls_open",
+                    "Long-poll claims the server holds now",
+                    registry=registry,
+                    multiprocess_mode="livesum",
+                ),
+            ),
+        ),
         "attempts": Attempts(config.max_body_bytes),
         "schedules": Schedules(config.max_body_bytes),
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,10 @@ from .. import errors
 from ..scoped import Scope
 from ..validation import Shape, check_json_depth
 
+# WSGI environ key under which the HTTP worker puts a context manager factory that ends a
+# body read taking too long with errors.RequestTimeout (api/gevent_worker.py).
+BODY_DEADLINE = "orbit.body_deadline"
+
 
 def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, Any]:
     """Parse and validate a JSON body (413 over the limit, 415 not JSON, 400 bad JSON).
@@ -20,7 +25,11 @@ def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, An
     """
     if req.content_length is not None and req.content_length > max_bytes:
         raise errors.PayloadTooLarge()
-    raw = req.bounded_stream.read(max_bytes + 1)
+    # The server's worker bounds how long the body may take (RequestTimeout, 408); an app
+    # called in-process reads without a bound.
+    deadline = req.env.get(BODY_DEADLINE) or contextlib.nullcontext
+    with deadline():
+        raw = req.bounded_stream.read(max_bytes + 1)
     if len(raw) > max_bytes:
         raise errors.PayloadTooLarge()
     if not raw.strip():

@@ -3,18 +3,30 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
+from collections.abc import Callable
 
 import falcon
 
 from .. import batches, longpoll, serialize, validation
+from ..db import peer_closed
 from .common import in_scope_results, item, ok, read_json, scope
 
 
+def peer_gone(sock: socket.socket | None) -> Callable[[], bool] | None:
+    """A check that the client at the other end of ``sock`` has gone; None where the server
+    gives no socket (an app called in-process)."""
+    return None if sock is None else lambda: peer_closed(sock)
+
+
 class Workers:
-    def __init__(self, max_body: int, sleep=time.sleep, clock=time.monotonic) -> None:
+    def __init__(
+        self, max_body: int, gate: longpoll.PollGate, sleep=None, clock=time.monotonic
+    ) -> None:
         self.max_body = max_body
-        self.sleep = sleep
+        self.gate = gate
+        self.sleep = sleep or time.sleep  # looked up now: gevent may have patched it
         self.clock = clock
 
     def on_post_hello(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -49,13 +61,25 @@ class Workers:
         s = scope(req, "workers:consume")
         body = read_json(req, validation.WORKER_CLAIM, self.max_body)
         s.check_session_queues(session_id)
-        rows = longpoll.poll(
-            lambda: s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0],
-            body["wait_ms"],
-            self.sleep,
-            self.clock,
-            lambda: bool(s.db.call("session_ready", s.namespace_id, session_id)[0][0]["ready"]),
-        )
+
+        def fetch() -> list:
+            return s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0]
+
+        if body["wait_ms"] == 0:
+            rows = fetch()
+        else:  # a long poll: bounded per process and credential, ended when the client goes
+            with self.gate.admit(s.principal.credential_id):
+                rows = longpoll.poll(
+                    fetch,
+                    body["wait_ms"],
+                    self.sleep,
+                    self.clock,
+                    lambda: bool(
+                        s.db.call("session_ready", s.namespace_id, session_id)[0][0]["ready"]
+                    ),
+                    peer_gone(req.env.get("gunicorn.socket")),
+                    self.gate.crowd_pause,
+                )
         ok(req, resp, {"assignments": [serialize.assignment(r) for r in rows]})
 
     def on_post_report_claim(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import math
 import os
 import shutil
 import sys
@@ -18,20 +19,15 @@ from gunicorn.app.base import BaseApplication
 
 from .. import logs, schema
 from ..config import Config
-from ..db import Database
-from ..schedules import Scheduler
-from ..sweeper import Sweeper
 
 log = logging.getLogger("orbit.server")
 METRICS_PREFIX = "orbit-metrics-"  # + "<pid>-<random>": the private metrics directory
 
 
 class OrbitServer(BaseApplication):
-    """gunicorn application running ``create_app`` with threaded workers.
-
-    Threads (gthread) because claim is a bounded long poll: a sync worker would be held for
-    the whole wait.
-    """
+    """gunicorn application running ``create_app`` in gevent workers
+    (``api.gevent_worker.OrbitWorker``): a long-poll claim or a slow client waits in a
+    greenlet, never holding a thread other requests need (L1)."""
 
     def __init__(self, config: Config, metrics_dir: str | None = None) -> None:
         self.config = config
@@ -41,8 +37,14 @@ class OrbitServer(BaseApplication):
     def load_config(self) -> None:
         self.cfg.set("bind", self.config.http_addr)
         self.cfg.set("workers", self.config.http_workers)
-        self.cfg.set("worker_class", "gthread")
-        self.cfg.set("threads", self.config.http_threads)
+        self.cfg.set("worker_class", "orbit_shell.api.gevent_worker.OrbitWorker")
+        self.cfg.set("worker_connections", self.config.http_connections)
+        # Bounds every request's header read, not only a kept-alive connection's wait.
+        self.cfg.set("keepalive", math.ceil(self.config.header_timeout))
+        # gunicorn's control socket sits at one path per user by default: a second server on
+        # the host took it over, and stopping either removed the other's. Orbit uses none.
+        if "control_socket_disable" in self.cfg.settings:  # gunicorn 25 and later
+            self.cfg.set("control_socket_disable", True)
         self.cfg.set("timeout", 60)
         self.cfg.set("graceful_timeout", 20)
         self.cfg.set("post_worker_init", self._post_worker_init)
@@ -53,6 +55,12 @@ class OrbitServer(BaseApplication):
             shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
     def _post_worker_init(self, worker) -> None:
+        # Imported here, in the worker after gevent patched it: a class made from
+        # threading.Thread in the arbiter would run as an OS thread beside the event loop.
+        from ..db import Database
+        from ..schedules import Scheduler
+        from ..sweeper import Sweeper
+
         if self.config.sweep_interval > 0:
             Sweeper(Database(self.config.dsn, pool_size=2), self.config.sweep_interval).start()
         if self.config.schedule_interval > 0:

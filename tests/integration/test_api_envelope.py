@@ -40,8 +40,13 @@ def test_unknown_routes_are_404_envelopes(client, path):
     _assert_error(client.simulate_get(path), 404, "NOT_FOUND")
 
 
-def test_unknown_method_is_404_envelope(client, tenant):
-    _assert_error(client.simulate_delete("/v1/queues", headers=tenant.headers), 404, "NOT_FOUND")
+@pytest.mark.parametrize("method", ["DELETE", "TRACE", "PUT"])
+def test_an_undeclared_method_is_405_with_allow(client, tenant, method):
+    """A known path with a method it does not have: 405 naming the methods it has (it was a
+    404 with a "405" message)."""
+    result = client.simulate_request(method, "/v1/queues", headers=tenant.headers)
+    _assert_error(result, 405, "METHOD_NOT_ALLOWED")
+    assert set(result.headers["Allow"].replace(" ", "").split(",")) >= {"GET", "POST"}
 
 
 def test_bad_json_oversized_and_wrong_media_type(client, tenant):

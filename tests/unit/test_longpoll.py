@@ -4,7 +4,9 @@ empty, ends at wait_ms."""
 
 from __future__ import annotations
 
-from orbit_shell import longpoll
+import pytest
+
+from orbit_shell import errors, longpoll
 
 
 class Clock:
@@ -68,3 +70,49 @@ def test_an_idle_wait_costs_one_fetch_and_probes_that_slow_down():
     # 2 s idle: ~43 probes (0.2 ms of server CPU each, bench/README.md) where polling without
     # a probe makes 12 claims (0.78 ms each): the same cost, for 50 ms of pickup latency at most.
     assert len(probes) <= 45, len(probes)
+
+
+def test_a_poll_whose_client_is_gone_ends_at_its_next_pause():
+    clock, fetched = Clock(), []
+    out = longpoll.poll(
+        lambda: fetched.append(clock.now) or [],
+        30000,
+        clock.sleep,
+        clock,
+        ready=lambda: False,
+        gone=lambda: clock.now >= 1.0,
+    )
+    assert out == [] and fetched == [0.0]
+    assert clock.now < 1.1  # not the whole 30 s wait
+
+
+def test_many_waiting_polls_probe_within_the_budget_together():
+    clock, probes = Clock(), []
+    gate = longpoll.PollGate(per_credential=1000, total=1000)
+    gate._count = 50  # fifty polls waiting in this process
+    longpoll.poll(
+        lambda: [],
+        10000,
+        clock.sleep,
+        clock,
+        ready=lambda: probes.append(clock.now) or False,
+        crowd_pause=gate.crowd_pause,
+    )
+    # 50 polls probing every 0.5 s make the process's 100 probes a second.
+    assert len(probes) == 20
+
+
+def test_the_poll_gate_bounds_a_credential_and_the_process_and_frees_places():
+    gate = longpoll.PollGate(per_credential=4, total=6, processes=2)  # 2 and 3 per process
+    with gate.admit(1), gate.admit(1):
+        with pytest.raises(errors.QuotaExceeded) as info:
+            with gate.admit(1):
+                pass
+        assert info.value.retry_after == 1 and "credential" in info.value.message
+        with gate.admit(2):
+            with pytest.raises(errors.QuotaExceeded):  # the process's three are held
+                with gate.admit(3):
+                    pass
+    with gate.admit(1), gate.admit(1):  # both places back
+        pass
+    assert gate._count == 0 and gate._held == {}
