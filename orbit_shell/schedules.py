@@ -16,6 +16,7 @@ continues from the first slot after now. No storm of catch-up tasks.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import threading
@@ -68,10 +69,49 @@ class Rule:
             latest = nxt
 
 
+# The simple cron form the OpenAPI document shows: each field a number in its range or *,
+# the day of month at most 28 so that every expression of this form fires. The server takes
+# every five-field expression croniter reads (lists, ranges, steps, names) and refuses one
+# that never fires.
+CRON_PATTERN = (
+    r"^(\*|[0-5]?[0-9]) (\*|1?[0-9]|2[0-3]) (\*|[1-9]|1[0-9]|2[0-8]) "
+    r"(\*|[1-9]|1[0-2]) (\*|[0-6])$"
+)
+
+
 class RuleCheck(validation.Check):
     """Validates a schedule rule object; cron by croniter, time zone by the IANA database."""
 
-    schema = {"type": "object", "description": "{cron, timezone} or {interval_seconds}"}
+    @property
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+        return {
+            "description": "{cron, timezone} or {interval_seconds}",
+            "oneOf": [
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["interval_seconds"],
+                    "properties": {
+                        "interval_seconds": validation.Integer(1, 31_536_000).schema
+                    },
+                },
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["cron"],
+                    "properties": {
+                        "cron": {
+                            "type": "string",
+                            "maxLength": 120,
+                            "pattern": CRON_PATTERN,
+                            "description": "five-field cron (croniter); the pattern is its "
+                            "simple form, ranges, lists, steps and names are accepted too",
+                        },
+                        "timezone": {"type": "string", "enum": sorted(_zones())},
+                    },
+                },
+            ],
+        }
 
     def __call__(self, name: str, value: Any) -> Rule:
         if not isinstance(value, dict):
@@ -106,6 +146,12 @@ class RuleCheck(validation.Check):
         return rule
 
 
+@functools.cache
+def _zones() -> frozenset[str]:
+    """The IANA zone names this machine's database knows: what ZoneInfo accepts."""
+    return frozenset(zoneinfo.available_timezones() | {"UTC"})
+
+
 class DefinitionCheck(validation.Check):
     """``{"task": {...}}`` with exactly the submission fields (the same rules, K2 included)."""
 
@@ -138,7 +184,8 @@ SCHEDULE_VERSION = validation.Shape(
     {
         "rule": validation.Field(RuleCheck()),
         "definition": validation.Field(DefinitionCheck()),
-    }
+    },
+    min_fields=1,
 )
 
 

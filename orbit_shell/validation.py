@@ -27,6 +27,10 @@ MAX_KEY_CHARS = 191
 # what each routine can read, and far below Python's recursion limit, so nothing accepted can
 # make a later call or answer fail.
 MAX_JSON_DEPTH = 30
+# JSON-schema patterns of the text rules below, so the OpenAPI document says what they refuse:
+# control characters (Unicode category Cc), and for printable ASCII anything outside it.
+NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"
+PRINTABLE_ASCII = r"^[\x20-\x7e]*$"
 _JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
@@ -112,7 +116,12 @@ class Text(Check):
 
     @property
     def schema(self) -> dict[str, Any]:  # type: ignore[override]
-        return {"type": "string", "minLength": self.min_len, "maxLength": self.max_len}
+        return {
+            "type": "string",
+            "minLength": self.min_len,
+            "maxLength": self.max_len,
+            "pattern": PRINTABLE_ASCII if self.printable_ascii else NO_CONTROL,
+        }
 
 
 @dataclass
@@ -133,8 +142,10 @@ class Integer(Check):
 
     @property
     def schema(self) -> dict[str, Any]:  # type: ignore[override]
-        kind: Any = ["integer", "null"] if self.nullable else "integer"
-        return {"type": kind, "minimum": self.minimum, "maximum": self.maximum}
+        out: dict[str, Any] = {"type": "integer", "minimum": self.minimum, "maximum": self.maximum}
+        if self.nullable:
+            out["nullable"] = True  # OpenAPI 3.0's form; the document is 3.0.3
+        return out
 
 
 class Boolean(Check):
@@ -232,11 +243,50 @@ class ConcurrencyKey(Check):
     schema = {
         "type": "string",
         "maxLength": MAX_KEY_CHARS,
+        # K2: empty, or no control character anywhere and no whitespace at either end.
+        "pattern": (
+            r"^(?:[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*"
+            r"[^\s\x00-\x1f\x7f-\x9f])?)?$"
+        ),
         "description": 'K2: omitted or "" = no key; 1-191 characters, exact bytes',
     }
 
     def __call__(self, name: str, value: Any) -> str:
         return validate_concurrency_key(value, name)
+
+
+@dataclass
+class QueryInteger(Check):
+    """An integer sent as a query string's decimal digits."""
+
+    minimum: int
+    maximum: int
+
+    def __call__(self, name: str, value: Any) -> int:
+        if not isinstance(value, str) or not value.isascii() or not value.isdigit():
+            raise field_error(name, "must be an integer")
+        return Integer(self.minimum, self.maximum)(name, int(value))
+
+    @property
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+        return Integer(self.minimum, self.maximum).schema
+
+
+@dataclass
+class Pattern(Check):
+    """A string matching ``pattern`` whole."""
+
+    pattern: str
+    message: str
+
+    def __call__(self, name: str, value: Any) -> str:
+        if not isinstance(value, str) or not re.fullmatch(self.pattern, value):
+            raise field_error(name, self.message)
+        return value
+
+    @property
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+        return {"type": "string", "pattern": self.pattern}
 
 
 @dataclass
@@ -252,6 +302,7 @@ class Shape:
 
     fields: dict[str, Field]
     post: Callable[[dict[str, Any]], None] | None = field(default=None)
+    min_fields: int = 0  # at least this many of the fields must be given
 
     def parse(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -262,6 +313,9 @@ class Shape:
                 "unknown field(s): " + ", ".join(unknown),
                 [{"field": name, "message": "unknown field"} for name in unknown],
             )
+        if len(body) < self.min_fields:
+            names = ", ".join(self.fields)
+            raise InvalidArgument(f"give at least {self.min_fields} of: {names}")
         out: dict[str, Any] = {}
         for name, spec in self.fields.items():
             if name in body:
@@ -276,20 +330,18 @@ class Shape:
 
     @property
     def schema(self) -> dict[str, Any]:
-        return {
+        out = {
             "type": "object",
             "additionalProperties": False,
             "required": [n for n, f in self.fields.items() if f.required],
             "properties": {n: f.check.schema for n, f in self.fields.items()},
         }
+        if self.min_fields:
+            out["minProperties"] = self.min_fields
+        return out
 
 
 # Shapes of the request bodies -------------------------------------------------------------
-
-
-def _backoff_order(body: dict[str, Any]) -> None:
-    if body["retry_backoff_max_seconds"] < body["retry_backoff_seconds"]:
-        raise field_error("retry_backoff_max_seconds", "must be >= retry_backoff_seconds")
 
 
 QUEUE_CREATE = Shape(
@@ -300,9 +352,10 @@ QUEUE_CREATE = Shape(
         "max_attempts": Field(Integer(1, 100), default=3),
         "lease_seconds": Field(Integer(1, 3600), default=30),
         "retry_backoff_seconds": Field(Integer(0, 3600), default=1),
+        # The cap of every retry's delay, the first included: a cap below the base makes
+        # every delay the cap (min(cap, base x 2^(n-1)), with jitter).
         "retry_backoff_max_seconds": Field(Integer(0, 86400), default=300),
     },
-    post=_backoff_order,
 )
 
 TASK_FIELDS = {
@@ -356,7 +409,12 @@ ATTEMPT_RESULT = Shape(
 class IdempotencyKey(Check):
     """1-255 printable ASCII; the prefix ``schedule:`` is reserved for schedule fires."""
 
-    schema = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"}
+    schema = {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 255,
+        "pattern": r"^(?!schedule:)[\x20-\x7e]+$",
+    }
 
     def __call__(self, name: str, value: Any) -> str:
         if isinstance(value, str) and value.startswith("schedule:"):

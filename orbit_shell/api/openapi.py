@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..validation import IdempotencyKey
 from .routes import ROUTES
+from .tasks import LIST_QUERY
 
 ERROR_CODES = [
     "INVALID_ARGUMENT",
@@ -15,6 +17,8 @@ ERROR_CODES = [
     "IDEMPOTENCY_CONFLICT",
     "STATE_CONFLICT",
     "LEASE_LOST",
+    "METHOD_NOT_ALLOWED",
+    "REQUEST_TIMEOUT",
     "PAYLOAD_TOO_LARGE",
     "UNSUPPORTED_MEDIA_TYPE",
     "QUOTA_EXCEEDED",
@@ -22,7 +26,6 @@ ERROR_CODES = [
     "INTERNAL",
 ]
 PARAM_PATTERNS = {"number": "^[1-9][0-9]{0,6}$"}
-TASK_LIST_PARAMS = ["queue_id", "state", "business_key", "concurrency_key", "cursor", "limit"]
 
 
 def build() -> dict[str, Any]:
@@ -48,13 +51,17 @@ def build() -> dict[str, Any]:
                         "name": "Idempotency-Key",
                         "in": "header",
                         "required": True,
-                        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                        # A header's edges are spaces HTTP strips: the key is what is between.
+                        "schema": {
+                            **IdempotencyKey().schema,
+                            "pattern": r"^(?!schedule:)[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$",
+                        },
                     }
                 )
             if route.path == "/v1/tasks" and method == "get":
                 params += [
-                    {"name": n, "in": "query", "required": False, "schema": {"type": "string"}}
-                    for n in TASK_LIST_PARAMS
+                    {"name": n, "in": "query", "required": False, "schema": check.schema}
+                    for n, check in LIST_QUERY.items()
                 ]
             operation: dict[str, Any] = {
                 "summary": op.summary,
@@ -69,7 +76,10 @@ def build() -> dict[str, Any]:
                 operation["security"] = []
             if op.body is not None:
                 operation["requestBody"] = {
-                    "required": bool(op.body.schema["required"]),
+                    # An empty body reads as {}: it may be left out when {} is valid.
+                    "required": bool(
+                        op.body.schema["required"] or op.body.schema.get("minProperties")
+                    ),
                     "content": {"application/json": {"schema": op.body.schema}},
                 }
             item[method] = operation

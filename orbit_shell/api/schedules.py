@@ -104,8 +104,6 @@ class Schedules:
     def on_post_versions(self, req, resp, schedule_id: str) -> None:
         s = scope(req, "queues:manage")
         body = read_json(req, schedules.SCHEDULE_VERSION, self.max_body)
-        if "rule" not in body and "definition" not in body:
-            raise errors.InvalidArgument("give a new rule, a new definition, or both")
         current = self._row(s, schedule_id)
         rule = body.get("rule") or schedules.rule_of(current)
         definition = body.get("definition") or json.loads(current["definition"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import falcon
 
 from .. import batches, errors, serialize, validation
-from ..scoped import MAX_PAGE, decode_cursor, encode_cursor
+from ..scoped import CURSOR_PATTERN, MAX_PAGE, decode_cursor, encode_cursor
 from .common import in_scope_batch, item, ok, read_json, scope
 from .guard import SubmitGuard
 
@@ -19,6 +19,18 @@ STATES = (
     "NEEDS_REVIEW",
     "DEADLINE_EXCEEDED",
 )
+
+
+# GET /v1/tasks: its query parameters and their checks (the OpenAPI document's too).
+LIST_QUERY: dict[str, validation.Check] = {
+    "queue_id": validation.Hex32(),
+    "state": validation.Enum(STATES),
+    "business_key": validation.Text(0, 191),
+    "concurrency_key": validation.ConcurrencyKey(),
+    "cursor": validation.Pattern(CURSOR_PATTERN, "is not a cursor returned by this API"),
+    "limit": validation.QueryInteger(1, MAX_PAGE),
+}
+FILTERS = ("queue_id", "state", "business_key", "concurrency_key")
 
 
 class Tasks:
@@ -86,10 +98,7 @@ class Tasks:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "tasks:read")
         params = dict(req.params)
-        unknown = sorted(
-            set(params)
-            - {"queue_id", "state", "business_key", "concurrency_key", "cursor", "limit"}
-        )
+        unknown = sorted(set(params) - set(LIST_QUERY))
         if unknown:
             raise errors.InvalidArgument(
                 "unknown query parameter(s): " + ", ".join(unknown),
@@ -97,29 +106,12 @@ class Tasks:
             )
         if any(isinstance(v, list) for v in params.values()):
             raise errors.InvalidArgument("query parameters may be given once")
-        filters = {}
-        if "queue_id" in params:
-            filters["queue_id"] = s.queue(validation.Hex32()("queue_id", params["queue_id"]))["id"]
-        if "state" in params:
-            filters["state"] = validation.Enum(STATES)("state", params["state"])
-        if "business_key" in params:
-            filters["business_key"] = validation.Text(0, 191)(
-                "business_key", params["business_key"]
-            )
-        if "concurrency_key" in params:
-            filters["concurrency_key"] = validation.validate_concurrency_key(
-                params["concurrency_key"]
-            )
-        limit = 50
-        if "limit" in params:
-            try:
-                limit = int(params["limit"])
-            except ValueError:
-                raise errors.field_error("limit", "must be an integer") from None
-            if not 1 <= limit <= MAX_PAGE:
-                raise errors.field_error("limit", f"must be between 1 and {MAX_PAGE}")
-        after = decode_cursor(params["cursor"]) if "cursor" in params else 0
-        rows = s.tasks(filters, after, limit + 1)
+        query = {name: LIST_QUERY[name](name, value) for name, value in params.items()}
+        filters = {k: v for k, v in query.items() if k in FILTERS}
+        if "queue_id" in filters:
+            filters["queue_id"] = s.queue(filters["queue_id"])["id"]
+        limit = query.get("limit", 50)
+        rows = s.tasks(filters, decode_cursor(params.get("cursor", "0")), limit + 1)
         page = rows[:limit]
         cursor = encode_cursor(page[-1]["id"]) if len(rows) > limit else None
         ok(req, resp, {"tasks": [serialize.task_summary(r) for r in page], "next_cursor": cursor})

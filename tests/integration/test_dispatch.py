@@ -575,11 +575,13 @@ def test_retry_backoff_releases_the_key_and_the_task_returns_without_another_rel
     assert granted[0]["concurrency_token"] == 3
 
 
+@pytest.mark.parametrize(("base", "cap"), [(2, 5), (10, 3)], ids=["capped-later", "cap-below-base"])
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
-def test_retry_backoff_is_exponential_with_jitter_on_both_paths(eng, database, batch):
+def test_retry_backoff_is_exponential_with_jitter_on_both_paths(eng, database, batch, base, cap):
     """Base 2 s, cap 5 s: the n-th retry waits min(5, 2 * 2**(n-1)) s times [0.5, 1.0], and its
-    history names the wait. attempt_result_many draws it set-based, attempt_result per item."""
-    queue, _ = eng.queue_create(backoff=2, backoff_max=5)
+    history names the wait. attempt_result_many draws it set-based, attempt_result per item.
+    A cap below the base caps the first retry too."""
+    queue, _ = eng.queue_create(backoff=base, backoff_max=cap)
     task = eng.submit("", queue, max_attempts=9)
     session, _ = eng.hello([queue], capacity=1)
     for n in range(1, 5):
@@ -602,7 +604,7 @@ def test_retry_backoff_is_exponential_with_jitter_on_both_paths(eng, database, b
             "WHERE a.public_id = %s",
             (a["attempt_id"],),
         )
-        wait, capped = row["wait_us"] / 1e6, min(5, 2 * 2 ** (n - 1))
+        wait, capped = row["wait_us"] / 1e6, min(cap, base * 2 ** (n - 1))
         assert (row["state"], row["lane"]) == ("WAITING", "DELAYED")
         assert 0.5 * capped <= wait <= capped, (n, wait)
         assert abs(float(row["details"].removeprefix("retry after ").rstrip("s")) - wait) < 0.002
