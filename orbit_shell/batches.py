@@ -81,12 +81,13 @@ def result_many(
 def report_claim(
     db: Database, namespace_id: int, session_id: str, items: list[dict[str, Any]], max: int
 ) -> tuple[list[dict[str, Any] | errors.OrbitError], list[dict[str, Any]]]:
-    """worker_report_claim: ``result_many``'s answers for ``items``, then the ``task.assign``
-    messages of a claim of up to ``max`` (no long poll), committed together."""
+    """worker_report_claim: ``result_many``'s answers for ``items``, then the rows of a claim
+    of up to ``max`` (no long poll), committed together; the caller makes the ``task.assign``
+    messages (``serialize.assignments`` or ``assignments_json``)."""
     rows, granted = db.call(
         "worker_report_claim", namespace_id, session_id, _result_wire(items), max
     )[:2]
-    return _result_answers(rows), [serialize.assignment(r) for r in granted]
+    return _result_answers(rows), granted
 
 
 def _result_wire(items: list[dict[str, Any]]) -> str:

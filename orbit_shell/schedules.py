@@ -91,9 +91,7 @@ class RuleCheck(validation.Check):
                     "type": "object",
                     "additionalProperties": False,
                     "required": ["interval_seconds"],
-                    "properties": {
-                        "interval_seconds": validation.Integer(1, 31_536_000).schema
-                    },
+                    "properties": {"interval_seconds": validation.Integer(1, 31_536_000).schema},
                 },
                 {
                     "type": "object",

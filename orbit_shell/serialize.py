@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
+from collections.abc import Iterable
 from typing import Any
+
+log = logging.getLogger("orbit.serialize")
 
 
 def iso(value: dt.datetime | None) -> str | None:
@@ -125,3 +129,41 @@ def assignment(row: dict[str, Any]) -> dict[str, Any]:
         **token(row["concurrency_key"], row["concurrency_token"]),
         "lease_expires_at": iso(row["lease_expires_at"]),
     }
+
+
+def assignments(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``task.assign`` messages of a claim's rows, each made on its own (L3).
+
+    A claim has committed before its answer is made, so one row that cannot be made into an
+    answer (a payload nested past what the door now refuses, stored before it did) must not
+    fail the answer and strand every other attempt of the claim: it is left out and logged.
+    Its attempt stays leased, expires unstarted, and lease recovery ends the task after
+    max_attempts such dispatches.
+    """
+    out = []
+    for row in rows:
+        try:
+            out.append(assignment(row))
+        except (RecursionError, ValueError) as exc:
+            _left_out(row, exc)
+    return out
+
+
+def assignments_json(rows: Iterable[dict[str, Any]]) -> str:
+    """``assignments`` as the JSON text of an array, each message serialised on its own: a
+    message whose text cannot be made is left out as in ``assignments``."""
+    texts = []
+    for row in rows:
+        try:
+            texts.append(json.dumps(assignment(row), ensure_ascii=False))
+        except (RecursionError, ValueError) as exc:
+            _left_out(row, exc)
+    return "[" + ",".join(texts) + "]"
+
+
+def _left_out(row: dict[str, Any], exc: Exception) -> None:
+    log.error(
+        "assignment left out of an answer: %s",
+        type(exc).__name__,
+        extra={"action": "claim.answer", "attempt_id": row.get("attempt_id")},
+    )

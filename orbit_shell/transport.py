@@ -225,9 +225,7 @@ class MysqlTransport:
             validation.fingerprint({"queues": queues, "capacity": capacity}),
         )
         row = session[0]
-        return Hello(
-            row["session_id"], row["lease_seconds"], [serialize.assignment(r) for r in in_flight]
-        )
+        return Hello(row["session_id"], row["lease_seconds"], serialize.assignments(in_flight))
 
     def claim(self, session_id, max, wait_ms):
         self._check(validation.WORKER_CLAIM, {"max": max, "wait_ms": wait_ms})
@@ -237,7 +235,7 @@ class MysqlTransport:
             self.sleep,
             ready=(lambda: self._ready(session_id)) if self.probe else None,
         )
-        return [serialize.assignment(r) for r in rows]
+        return serialize.assignments(rows)
 
     def _ready(self, session_id: str) -> bool:
         """The claim's probe (session_ready). An account made by `orbit-admin worker-account`
@@ -321,8 +319,8 @@ class MysqlTransport:
         granted: list[dict[str, Any]] = []
 
         def call(db, namespace_id, session_id, items):
-            answers, assignments = batches.report_claim(db, namespace_id, session_id, items, max)
-            granted.extend(assignments)
+            answers, rows = batches.report_claim(db, namespace_id, session_id, items, max)
+            granted.extend(serialize.assignments(rows))
             return answers
 
         return self._batch(call, session_id, body["results"]), granted

@@ -34,25 +34,37 @@ PRINTABLE_ASCII = r"^[\x20-\x7e]*$"
 _JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
-def check_json_depth(raw: bytes, limit: int = MAX_JSON_DEPTH) -> None:
-    """Raise INVALID_ARGUMENT when the JSON text ``raw`` nests deeper than ``limit``.
+# The deepest result or error a worker may report: a batch carries it three levels down
+# ({"results": [{"result": ...}]}).
+MAX_RESULT_DEPTH = MAX_JSON_DEPTH - 3
 
-    Runs before parsing, so a body nested thousands deep never reaches the parser's
-    recursion. Brackets inside strings do not count."""
+
+def nests_deeper(raw: bytes, limit: int) -> bool:
+    """Whether the JSON text ``raw`` nests arrays and objects deeper than ``limit``.
+
+    Reads the text without parsing it, so a body nested thousands deep never reaches the
+    parser's recursion. Brackets inside strings do not count."""
     if raw.count(b"[") + raw.count(b"{") <= limit:
-        return  # too few brackets to nest that deep: the common case costs two counts
+        return False  # too few brackets to nest that deep: the common case costs two counts
     depth = 0
     for token in _JSON_TOKENS.finditer(raw):
         mark = token.group()
         if mark in (b"[", b"{"):
             depth += 1
             if depth > limit:
-                raise InvalidArgument(
-                    f"request body nests arrays and objects deeper than {limit} levels",
-                    [{"field": "body", "message": f"nested deeper than {limit} levels"}],
-                )
+                return True
         elif mark in (b"]", b"}"):
             depth -= 1
+    return False
+
+
+def check_json_depth(raw: bytes, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raise INVALID_ARGUMENT when the request body ``raw`` nests deeper than ``limit``."""
+    if nests_deeper(raw, limit):
+        raise InvalidArgument(
+            f"request body nests arrays and objects deeper than {limit} levels",
+            [{"field": "body", "message": f"nested deeper than {limit} levels"}],
+        )
 
 
 def validate_concurrency_key(value: Any, name: str = "concurrency_key") -> str:

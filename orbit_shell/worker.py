@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import validation
 from .client import Client
 from .models import ApiError, LeaseLostError, ProtocolError, UnavailableError, parse_token
 from .transport import HttpTransport, Transport
@@ -453,7 +454,10 @@ class Worker:
             )
         try:
             result = fn(event)
-            json.dumps(result)
+            # What the server would refuse must not go in a report: it would refuse the whole
+            # batch, and every other outcome in it with this one (L2).
+            if validation.nests_deeper(json.dumps(result).encode(), validation.MAX_RESULT_DEPTH):
+                raise ValueError(f"result nests deeper than {validation.MAX_RESULT_DEPTH} levels")
             return "succeeded", False, result, None
         except Retry as exc:
             return "failed", True, None, {"type": "Retry", "message": str(exc)}

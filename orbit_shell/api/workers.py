@@ -11,7 +11,7 @@ import falcon
 
 from .. import batches, longpoll, serialize, validation
 from ..db import peer_closed
-from .common import in_scope_results, item, ok, read_json, scope
+from .common import in_scope_results, item, ok, ok_text, read_json, scope
 
 
 def peer_gone(sock: socket.socket | None) -> Callable[[], bool] | None:
@@ -45,17 +45,15 @@ class Workers:
             registration,
         )
         row = session[0]
-        ok(
-            req,
-            resp,
+        head = json.dumps(
             {
                 "session_id": row["session_id"],
                 "lease_seconds": row["lease_seconds"],
                 "capacity": row["capacity"],
                 "concurrency_keys": bool(row["concurrency_keys"]),
-                "in_flight": [serialize.assignment(r) for r in in_flight],
-            },
+            }
         )
+        ok_text(req, resp, f'{head[:-1]}, "in_flight": {serialize.assignments_json(in_flight)}}}')
 
     def on_post_claim(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
         s = scope(req, "workers:consume")
@@ -80,7 +78,7 @@ class Workers:
                     peer_gone(req.env.get("gunicorn.socket")),
                     self.gate.crowd_pause,
                 )
-        ok(req, resp, {"assignments": [serialize.assignment(r) for r in rows]})
+        ok_text(req, resp, f'{{"assignments": {serialize.assignments_json(rows)}}}')
 
     def on_post_report_claim(
         self, req: falcon.Request, resp: falcon.Response, session_id: str
@@ -94,14 +92,19 @@ class Workers:
         granted: list = []
 
         def run(chosen: list[dict]) -> list:
-            answers, assignments = batches.report_claim(
+            answers, rows = batches.report_claim(
                 s.db, s.namespace_id, session_id, chosen, body["max"]
             )
-            granted.extend(assignments)
+            granted.extend(rows)
             return answers
 
         answers = in_scope_results(s, body["results"], run, run_empty=True)
-        ok(req, resp, {"results": [item(a) for a in answers], "assignments": granted})
+        results = json.dumps([item(a) for a in answers], ensure_ascii=False)
+        ok_text(
+            req,
+            resp,
+            f'{{"results": {results}, "assignments": {serialize.assignments_json(granted)}}}',
+        )
 
     def on_post_goodbye(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
         s = scope(req, "workers:connect")

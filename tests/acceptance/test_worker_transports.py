@@ -157,10 +157,17 @@ def test_outcomes_map_from_handlers(make_worker, api, tenant):
     def broken(event):
         raise ValueError("bad input")
 
+    @worker.handler("deep")
+    def deep(event):  # more than a report may carry (L2): failed, not a refused batch
+        value: object = 1
+        for _ in range(40):
+            value = [value]
+        return value
+
     worker.start()
     ids = {
         name: _submit(api, q, name, key="out/k" if name == "ok" else None)
-        for name in ("ok", "flaky", "unknown", "broken", "nobody")
+        for name in ("ok", "flaky", "unknown", "broken", "nobody", "deep")
     }
     states = _wait(api, ids.values())
     assert states == {
@@ -169,7 +176,9 @@ def test_outcomes_map_from_handlers(make_worker, api, tenant):
         ids["unknown"]: "NEEDS_REVIEW",
         ids["broken"]: "FAILED",
         ids["nobody"]: "FAILED",
+        ids["deep"]: "FAILED",
     }
+    assert "nests deeper" in api.get_task(ids["deep"]).error["message"]
     ok_task = api.get_task(ids["ok"])
     assert ok_task.result == {"echo": {"n": 1}, "key": "out/k", "token": 1}
     assert calls[ids["flaky"]] == 2

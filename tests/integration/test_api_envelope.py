@@ -9,6 +9,7 @@ import json
 import pytest
 from falcon import testing
 
+from orbit_shell import db
 from orbit_shell.api.app import create_app
 from orbit_shell.cli.admin import bootstrap
 from orbit_shell.config import Config
@@ -137,6 +138,34 @@ def test_l2_the_deepest_accepted_payload_reaches_a_worker_and_back(client, tenan
         },
     )
     assert [r["status"] for r in report.json["data"]["results"]] == [200, 200], report.text
+
+
+def test_l3_a_row_that_cannot_be_answered_does_not_strand_the_rest_of_its_claim(
+    client, tenant, orbit_dsn, database, caplog
+):
+    """L3: a claim commits before its answer is made. A payload stored before the door's
+    nesting limit (written here straight to the table) cannot be made into an answer; it is
+    left out and logged, and every other task of the same claim still reaches the worker
+    (they were leased and never delivered, claim after claim)."""
+    poisoned = submit(client, tenant, None, 201).json["data"]["task_id"]
+    healthy = [submit(client, tenant, None, 201).json["data"]["task_id"] for _ in range(2)]
+    conn = db.connect(orbit_dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "UPDATE tasks SET payload = %s WHERE public_id = %s",
+                ("[" * 3000 + "]" * 3000, poisoned),
+            )
+    finally:
+        conn.close()
+    session = Session(client, tenant, capacity=3)
+    claimed = session.claim(3)
+    assert sorted(a["task"]["task_id"] for a in claimed) == sorted(healthy)
+    assert "assignment left out of an answer" in caplog.text
+    # The left-out attempt stays leased to the session; it expires unstarted (L3 bounds
+    # how often: test_l3_a_task_never_started_fails_after_max_attempts_dispatches...).
+    [row] = database.query("SELECT state FROM tasks WHERE public_id = %s", (poisoned,))
+    assert row["state"] == "LEASED"
 
 
 def test_unknown_fields_are_rejected_with_details(client, tenant):
