@@ -1303,6 +1303,7 @@ def main() -> int:
         results["targets"] = targets.summary(results)
         print(targets.text(results["targets"]), flush=True)
         out = ROOT / "bench" / "results" / (time.strftime("%Y%m%dT%H%M%S") + ".json")
+        out.parent.mkdir(exist_ok=True)  # ignored by git: results are printed, not committed
         out.write_text(json.dumps(results, indent=2) + "\n")
         print(f"written {out.relative_to(ROOT)}")
     finally:
