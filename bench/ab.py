@@ -1,4 +1,4 @@
-"""A/B of routine variants on one server, in the same minutes (bench/README.md, session 9).
+"""A/B of routine variants on one server, in the same minutes (bench/README.md).
 
 The installed routines are A. Each NAME=FILE installs FILE's routine beside it as NAME_b (B).
 Rounds of one thread's batch cycle (task_submit_many, worker_claim, attempt_start_many,

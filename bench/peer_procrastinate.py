@@ -1,4 +1,4 @@
-"""Peer measurement: Procrastinate on the local PostgreSQL draining no-op jobs (issue 7, part 5).
+"""Peer measurement: Procrastinate on the local PostgreSQL draining no-op jobs.
 
 Jobs are deferred first, then one worker with the given concurrency runs until the queue is
 empty (`wait=False`); the figure is jobs drained per second. With `keys`, every job carries

@@ -1,4 +1,4 @@
-"""Orbit benchmarks (issue 7). Every figure is measured in this one run; compare ratios.
+"""Orbit benchmarks. Every figure is measured in this one run; compare ratios.
 
 Parts:
   ceiling    single-row UPDATE+COMMIT transactions/s at N connections (durable-commit limit)
@@ -305,8 +305,7 @@ class Bench:
 
     def submit_repeated_keys(self, rounds: int, batch: int = 100, keys: int = 10) -> dict:
         """One thread: submissions of ``batch`` tasks naming ``keys`` keys (new ones each
-        round), each key named by several items, the e2e hot-keys run's shape (item by item
-        until session 7, set-based since). Wall time and mariadbd CPU per 10 tasks, as in
+        round), each key named by several items, the e2e hot-keys run's shape. Wall time and mariadbd CPU per 10 tasks, as in
         ``phases``."""
         d = Database(self.dsn, pool_size=1)
         queue, _ = self.batch_queue(d, f"repeat-{secrets.token_hex(3)}", 1)
@@ -419,7 +418,7 @@ class Bench:
             batches.result_many(d, self.ns, worker, outcomes)
         d.call("worker_goodbye", self.ns, worker)  # an idle open session takes a fair share
         # What an empty claim and its probe read on a queue with that history: the recovery
-        # guard's and the probe's look for expired leases and due backoff (session 8).
+        # guard's and the probe's look for expired leases and due backoff.
         conn = db.connect(self.dsn)
         idle = self.hello(d, f"{name}-idle", 10, queue_public=public["public_id"])
         _, claim_reads, granted = counted_call(conn, "worker_claim", self.ns, idle, 10)
@@ -931,7 +930,7 @@ def peer(bench: Bench, url: str, jobs: int, rounds: int = 3) -> dict:
     # Orbit's worker: over HTTP or the direct MySQL transport; without prefetch, one batch
     # ahead (10), and 4x its concurrency ahead (40, Celery's default prefetch multiplier).
     # Each reports and claims in one call; mysql_apart is the direct way without prefetch
-    # reporting and claiming in separate calls (claim_with_report=False), as before session 11.
+    # reporting and claiming in separate calls (claim_with_report=False).
     ways = {
         f"{transport}{f'_prefetch{ahead}' if ahead else ''}": (transport == "mysql", ahead, True)
         for transport in ("http", "mysql")
@@ -1065,7 +1064,7 @@ def main() -> int:
         if not own.running():
             # Every run from an empty server: the data of earlier runs stayed in the private
             # server's tables (1.9 GB after a day's runs), so a run's figures depended on how
-            # many had run before it (bench/README.md, session 14).
+            # many had run before it (bench/README.md).
             shutil.rmtree(own.datadir, ignore_errors=True)
         dsn = own.start()
     try:

@@ -1,4 +1,4 @@
-"""Issue 7's targets against one run's figures: what was met, read off the results, so that a
+"""The benchmark's targets against one run's figures: what was met, read off the results, so that a
 run says it itself instead of a reader comparing numbers by hand. Parts not run are left out."""
 
 from __future__ import annotations

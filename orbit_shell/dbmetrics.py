@@ -3,7 +3,7 @@
 A transaction left open anywhere on the server (a backup with ``--single-transaction``, a
 report, an idle session that began one) keeps InnoDB's purge from removing the index entries
 every claimed task leaves at the head of its queue, and each claim and long-poll probe then
-steps over all of them (README, Operating; bench/README, session 13). Two gauges say when
+steps over all of them (README, Operating; bench/README.md). Two gauges say when
 that is happening: InnoDB's history list length (undo logs purge has not processed) and the
 age of the oldest open InnoDB transaction, its usual cause.
 

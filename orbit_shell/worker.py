@@ -560,7 +560,7 @@ class Worker:
         result promotes the key's next parked task (K6), which a claim in the same transaction
         takes at once, where the long poll would see it only at its next probe, 20-50 ms
         later; a hot key's tasks run one after another, so that wait was most of each one's
-        turn (bench/README.md, session 15)."""
+        turn (bench/README.md)."""
         if not self.claim_with_report or self._stopping.is_set():
             return 0
         if not hasattr(self.transport, "report_and_claim"):  # a transport made before it

@@ -1,4 +1,4 @@
-"""A history checker for keyed concurrency (issue 8, item 1), pure Python.
+"""A history checker for keyed concurrency, pure Python.
 
 Feed it what clients and the resource saw; it verifies, per key, that tokens strictly increase
 in grant order, that server-valid holding intervals never overlap, and that the fenced resource

@@ -47,7 +47,7 @@ class Tasks:
         namespace or queue scope, as Scope.queue. No queue is ever deleted or given another
         id or namespace, so a (namespace, public id) found once names the same row for good:
         each process remembers it, and a submission skips the read (0.35 of 2.3 ms of a
-        single one in-process, session 13). The queue scope is the credential's, checked on
+        single one in-process). The queue scope is the credential's, checked on
         every call; an id not found is not remembered (the queue may be created next)."""
         key = (s.namespace_id, public_id)
         found = self.queue_ids.get(key)

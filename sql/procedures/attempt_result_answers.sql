@@ -6,7 +6,7 @@ CREATE PROCEDURE attempt_result_answers(IN p_out MEDIUMTEXT)
 BEGIN
   IF p_out = '[]' THEN
     -- Every item went with the group, the common case: its rows alone, without the union's
-    -- derived table (about a third of this answer's time, session 11's profile).
+    -- derived table (about a third of this answer's time, profiled).
     SELECT f.seq, NULL AS item_error, a.public_id AS attempt_id, t.public_id AS task_id,
            0 AS duplicate
       FROM result_rows_mem f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id

@@ -128,7 +128,7 @@ BEGIN
     -- new values of the tables after the first in an internal temporary table, and MariaDB's
     -- in-memory one holds no TEXT, so a result or error text column makes two on-disk tables.
     -- A batch without any text (no-op handlers, results of None) need not pay for them: a
-    -- fifth of its call's time (bench/README.md, session 8).
+    -- fifth of its call's time (bench/README.md).
     IF v_texts = 0 THEN
       UPDATE result_rows_mem f
         STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
@@ -162,7 +162,7 @@ BEGIN
              t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
     END IF;
     IF v_queue_low = v_queue_high THEN
-      -- One queue (a worker's usual report): by key, without grouping the rows (session 14).
+      -- One queue (a worker's usual report): by key, without grouping the rows.
       UPDATE queues SET active_attempts = active_attempts - v_fast,
                         unfinished_tasks = unfinished_tasks - v_done
        WHERE id = v_queue_low;
@@ -220,7 +220,7 @@ BEGIN
     IF v_fast = 0 OR FIND_IN_SET(v_i, v_fast_seqs) = 0 THEN
       -- The item read out of the batch once: each JSON_EXTRACT over the whole batch reads all
       -- of it again (~0.1 ms at 100 items on MariaDB, which keeps JSON as text); a field per
-      -- call made the per-item path cost half its time parsing (bench/README.md, session 6).
+      -- call made the per-item path cost half its time parsing (bench/README.md).
       SET v_item = JSON_EXTRACT(p_items, CONCAT('$[', v_i, ']'));
       SET v_id = JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.attempt_id'));
       SET v_task = NULL, v_duplicate = NULL, v_error = NULL;

@@ -7,7 +7,7 @@
 --   unless brief, the attempt_detail columns (NULL on error). An item without an error is
 --   RUNNING, so a caller that only runs what started (the SDK worker) asks brief: the full
 --   answer's reads, and its 14 columns an item for the caller to parse, were 7-8% of a drain
---   of a worker without prefetch (bench/README.md, session 12).
+--   of a worker without prefetch (bench/README.md).
 --
 -- Two paths with one outcome. The common item, a LEASED attempt of this session whose lease
 -- has not expired, named once in the batch, is started set-based (attempt and task RUNNING,
@@ -85,7 +85,7 @@ BEGIN
 
   SET v_n = JSON_LENGTH(p_attempt_ids);
   -- The group's answer rows, but for a brief answer of a batch the group holds whole (the
-  -- worker's start): that answer reads the group itself (session 14).
+  -- worker's start): that answer reads the group itself.
   IF v_fast > 0 AND NOT (v_fast = v_n AND p_brief) THEN
     SELECT GROUP_CONCAT(seq), JSON_ARRAYAGG(JSON_OBJECT('seq', seq, 'id', attempt_id, 'error', ''))
       INTO v_fast_seqs, v_out FROM start_fast_mem;

@@ -4,7 +4,7 @@
 -- session_ready asks it so that the probe says yes for the same work.
 -- A caller that knows the session has one queue passes it (p_only_queue; 0: walk the
 -- session's queues): one statement where the walk takes three, two of them finding the queue
--- and finding no other (the claim of a worker on one queue, every round; session 14).
+-- and finding no other (the claim of a worker on one queue, every round).
 -- The session's first four queues (in id order, stopping at the first that has some) are
 -- asked one statement each: whether an index entry lies in the range (queue, state, up to
 -- now] of ix_attempts_queue_lease for each state, or (queue, 'DELAYED', up to now] of
@@ -15,7 +15,7 @@
 -- RUNNING at start, RUNNING to an end at its result), which stays in the index delete-marked
 -- until purge removes it, with its lease still ahead. A busy queue's claim read as many of
 -- those as purge had not yet removed: 0.58-0.72 ms a claim in a worker's rounds against
--- 0.39-0.46 asked per queue (bench/README.md, session 12). A session's further queues, rare,
+-- 0.39-0.46 asked per queue (bench/README.md). A session's further queues, rare,
 -- are asked in that one correlated statement: one statement per queue made the probe of a
 -- session of 100 idle queues take 17.5 ms against 2.0 (3.0 this way), every 20-250 ms of a
 -- long poll.

@@ -4,7 +4,7 @@
 --   none), actor, and the schedule origin (NULLs for API submissions).
 -- Result set: {task_id (public), created (1 first acceptance, 0 replay)}, then the task's
 --   detail: the columns of orbit_shell.scoped.TASK_COLUMNS, so POST /v1/tasks answers without
---   reading the task again (that read was 18% of the request in-process, session 13).
+--   reading the task again (that read was 18% of the request in-process).
 -- Errors: NOT_FOUND (queue not in namespace), IDEMPOTENCY_CONFLICT (same key, other content),
 --   QUOTA_EXCEEDED (application or queue unfinished quota).
 -- Locks: those of task_submit_one (the applications row first).

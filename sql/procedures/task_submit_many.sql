@@ -195,7 +195,7 @@ BEGIN
     END IF;
     -- The item read out of the batch once: each JSON_EXTRACT over the whole batch reads all
     -- of it again (~0.1 ms at 100 items on MariaDB, which keeps JSON as text); a field per
-    -- call made the per-item path cost half its time parsing (bench/README.md, session 6).
+    -- call made the per-item path cost half its time parsing (bench/README.md).
     SET v_item = JSON_EXTRACT(p_items, CONCAT('$[', v_i, ']'));
     SET v_task = NULL, v_created = NULL, v_error = NULL;
     SAVEPOINT batch_item;

@@ -76,7 +76,7 @@ BEGIN
   -- application row above already keeps these rows' lockers apart (sql/README.md, lock order).
   -- The counts spare statements below: a second queue to walk, a queue permit limit to check.
   -- For a session of one queue (the usual worker) the queue and its lease, when ACTIVE, are
-  -- read here too, sparing the walks' lookups of it (session 14).
+  -- read here too, sparing the walks' lookups of it.
   SELECT COUNT(*), COUNT(max_concurrency), MIN(id), MIN(IF(state = 'ACTIVE', lease_seconds, NULL))
     INTO v_queues, v_limited, v_only_queue, v_only_lease FROM queues
    WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
@@ -259,7 +259,7 @@ BEGIN
         FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.take = 1 ORDER BY c.priority, c.task_id;
       -- The statement's first generated id is its least (an AUTO_INCREMENT only grows), in
-      -- every innodb_autoinc_lock_mode: no read of the group for it (session 14).
+      -- every innodb_autoinc_lock_mode: no read of the group for it.
       SET v_granted = ROW_COUNT(), v_first_attempt = LAST_INSERT_ID();
       UPDATE claim_candidates_mem c
         STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_number) ON a.task_id = c.task_id AND a.attempt_number = c.attempt_number
@@ -281,7 +281,7 @@ BEGIN
       UPDATE claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
          SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
-      IF v_queues = 1 THEN  -- by key, without grouping the candidates (session 14)
+      IF v_queues = 1 THEN  -- by key, without grouping the candidates
         UPDATE queues SET active_attempts = active_attempts + v_granted WHERE id = v_only_queue;
       ELSE
         UPDATE queues q

@@ -2,7 +2,7 @@
 -- to p_max tasks for it, in ONE transaction (POST /v1/workers/{session_id}/report-and-claim).
 -- It is what a worker does between two rounds when its slots free only as their results are
 -- recorded: one call and one commit where attempt_result_many and worker_claim take two, and
--- the slots the results free are free for the claim (bench/README.md, session 11).
+-- the slots the results free are free for the claim (bench/README.md).
 -- Each half keeps its own semantics: the results are attempt_result_many's (each item
 -- answered with its own outcome or error), the claim worker_claim's without the long poll
 -- (capacity, quotas, keys, fairness and recovery alike). The claim never costs the results:

@@ -1,4 +1,4 @@
-"""Faults (issue 8, item 2) against the real server, real worker processes and a real MariaDB.
+"""Faults against the real server, real worker processes and a real MariaDB.
 Each test prints its figures (run pytest with -s to see them)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Batch routes (issue 7): submit, start and report many in one request. Each item keeps the
+"""Batch routes: submit, start and report many in one request. Each item keeps the
 single route's semantics, idempotency and error; a malformed request changes nothing.
 Real MariaDB through the Falcon app."""
 
@@ -194,7 +194,7 @@ def test_batch_start_brief_answers_started_or_the_items_error(client, tenant, da
 
 def test_batch_start_brief_of_a_whole_group_answers_each_item_in_order(client, tenant, database):
     """A brief batch that starts every item (the SDK worker's start, answered from the group
-    itself since session 14): one answer per item, each started, and every attempt RUNNING.
+    itself): one answer per item, each started, and every attempt RUNNING.
     The answer's rows are alike (seq, no error), so the client pairs them with the ids asked."""
     for _ in range(3):
         submit(client, tenant, None, 201)

@@ -1,4 +1,4 @@
-"""The batch routes leave the database exactly as the single routes do (issue 7).
+"""The batch routes leave the database exactly as the single routes do.
 
 The batch procedures apply their common items set-based and the rest item by item; this drives
 one scenario through the single routes in one namespace and through the batch routes in

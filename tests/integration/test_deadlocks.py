@@ -1,4 +1,4 @@
-"""Deadlocks forced into each procedure (issue 8, item 2). A blocker transaction makes itself
+"""Deadlocks forced into each procedure. A blocker transaction makes itself
 the heavier one (so InnoDB picks the procedure as the victim), holds the row the procedure locks
 second, then asks for the row the procedure holds first. The procedure gets 1213 inside, its
 EXIT HANDLER rolls it back, and the shell retries it whole once the blocker has gone."""

@@ -1,4 +1,4 @@
-"""Dispatch engine (issue 4): claim, tokens, start/renew/result, recovery, K6 row by row.
+"""Dispatch engine: claim, tokens, start/renew/result, recovery, K6 row by row.
 Real procedures on a real MariaDB; concurrency tests use real threads and connections."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lock-wait timeouts forced into each procedure (issue 8, item 2): a second connection holds
+"""Lock-wait timeouts forced into each procedure: a second connection holds
 the row the procedure locks first; the call fails with 1205 inside the procedure, is rolled back
 by its EXIT HANDLER, and the shell retries it whole once the row is free."""
 

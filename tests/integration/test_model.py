@@ -1,4 +1,4 @@
-"""Model-based test (issue 8, item 3): random sequences of submit, claim, start, renew, result,
+"""Model-based test: random sequences of submit, claim, start, renew, result,
 cancel, resolve and time passing (lease expiry + sweep) against the real procedures, single
 and batched (task_submit_many, attempt_result_many), with the engine's invariants checked
 after every step."""

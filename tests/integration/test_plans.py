@@ -1,4 +1,4 @@
-"""The batch paths' plans do not depend on InnoDB's statistics (issue 7, K8).
+"""The batch paths' plans do not depend on InnoDB's statistics (K8).
 
 InnoDB's row estimates lag a table that grows fast: on a new install, or after a burst of new
 keys, `concurrency_resources` is estimated far smaller than it is. With such estimates MariaDB

@@ -1,4 +1,4 @@
-"""Schedules (issue 6, K10): versions carry a fixed concurrency key; one task per fire even
+"""Schedules (K10): versions carry a fixed concurrency key; one task per fire even
 with racing schedulers; a new version changes later fires only; missed fires fire once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Security checks (issue 8, item 5) not covered elsewhere: the per-credential submission guard,
+"""Security checks not covered elsewhere: the per-credential submission guard,
 limits on page size and body, and tokens never stored raw."""
 
 from __future__ import annotations

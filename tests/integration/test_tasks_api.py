@@ -1,4 +1,4 @@
-"""Task API (issue 3): submission and idempotency, K2 at the edge, quotas, deadlines, queries,
+"""Task API: submission and idempotency, K2 at the edge, quotas, deadlines, queries,
 cancel and resolve, history. Real MariaDB through the Falcon app."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_seed_request_201_then_200_then_409_when_only_the_key_changes(client, te
 
 
 def test_a_submission_answers_the_task_as_a_read_does(client, tenant):
-    """POST /v1/tasks answers from task_submit's own answer (no second read since session 13):
+    """POST /v1/tasks answers from task_submit's own answer (no second read):
     the same detail GET /v1/tasks/{id} gives, first acceptance and replay alike, and a replay
     shows the task as it is now."""
     fields = {**SEED, "concurrency_key": "object/7", "business_key": "b-7", "deadline_seconds": 60}
@@ -61,7 +61,7 @@ def test_a_submission_answers_the_task_as_a_read_does(client, tenant):
 
 
 def test_a_remembered_queue_is_still_out_of_a_limited_credential_s_scope(client, tenant, database):
-    """The submit routes remember queue ids per process (session 13). A queue the full
+    """The submit routes remember queue ids per process. A queue the full
     credential submitted to, and so put in that memory, stays 404 for a credential of the same
     namespace limited to another queue, single and batched, and nothing is written."""
     second = client.simulate_post(

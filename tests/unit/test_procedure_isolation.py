@@ -7,7 +7,7 @@ session lookup or a temporary table's `DELETE` placed between the two spends the
 the `START TRANSACTION` after it runs at the session's REPEATABLE READ. Eleven procedures did
 that, the claim and the batch procedures among them; with one application per thread the
 procedure benchmark then counted a deadlock on next-key locks in another queue's range of
-`ix_tasks_queue_due` (`bench/README.md`, session 5)."""
+`ix_tasks_queue_due` (`bench/README.md`)."""
 
 from __future__ import annotations
 
