@@ -24,9 +24,6 @@ from . import db
 SQL_DIR = Path(os.environ.get("ORBIT_SQL_DIR", Path(__file__).resolve().parent.parent / "sql"))
 MIGRATIONS_DIR = SQL_DIR / "migrations"
 PROCEDURES_DIR = SQL_DIR / "procedures"
-# Routines an earlier version installed and this one does not: dropped on install, or an
-# upgraded database would keep them. session_recovery_due became a procedure (session 9).
-RETIRED_ROUTINES = (("FUNCTION", "session_recovery_due"),)
 ROUTINE_RE = re.compile(r"^\s*CREATE\s+(PROCEDURE|FUNCTION)\s+`?(\w+)`?", re.I | re.M)
 
 
@@ -123,8 +120,6 @@ def install_routines(dsn: str) -> int:
     conn = db.connect(dsn)
     try:
         with conn.cursor() as cur:
-            for kind, name in RETIRED_ROUTINES:
-                cur.execute(f"DROP {kind} IF EXISTS `{name}`")
             for routine in routines():
                 cur.execute(f"DROP {routine.kind} IF EXISTS `{routine.name}`")
                 cur.execute(routine.body)
@@ -177,3 +172,35 @@ def check(dsn: str) -> None:
         raise SchemaMismatch(
             "installed routines differ from this server's; run `orbit-migrate up` with this version"
         )
+
+
+SNAPSHOT = SQL_DIR / "schema.sql"
+# yoyo's own bookkeeping tables: not Orbit's schema.
+_YOYO_TABLES = re.compile(r"^_yoyo_|^yoyo_lock$")
+
+
+def snapshot(dsn: str) -> str:
+    """The database's tables as ``CREATE TABLE`` statements, in name order: what
+    ``sql/schema.sql`` holds for a database built by the migrations (tables, columns,
+    indexes and comments; no data, no counters that change with use)."""
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW TABLES")
+            names = sorted(
+                name for row in cur.fetchall() for name in row.values()
+                if not _YOYO_TABLES.search(name)
+            )  # fmt: skip
+            statements = []
+            for name in names:
+                cur.execute(f"SHOW CREATE TABLE `{name}`")
+                text = cur.fetchone()["Create Table"]
+                statements.append(re.sub(r" AUTO_INCREMENT=\d+", "", text) + ";\n")
+    finally:
+        conn.close()
+    head = (
+        "-- The current schema, generated from a database built by sql/migrations with\n"
+        "-- `orbit-migrate snapshot > sql/schema.sql` (MariaDB's SHOW CREATE TABLE). Read it;\n"
+        "-- never apply it: migrations make databases. tests/migration checks it is current.\n\n"
+    )
+    return head + "\n".join(statements)

@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="apply every pending migration and (re)install the routines")
     sub.add_parser("status", help="list applied and pending migrations")
+    sub.add_parser("snapshot", help="print the database's tables as CREATE TABLE statements")
     args = parser.parse_args(argv)
     dsn = os.environ.get("ORBIT_MYSQL_DSN")
     if not dsn:
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
             digest = schema.routines_digest()[:12]
             print(f"installed {len(schema.routines())} routine(s), digest {digest}")
+        elif args.command == "snapshot":
+            sys.stdout.write(schema.snapshot(dsn))
         else:
             for migration_id, applied in schema.status(dsn):
                 print(f"{'applied' if applied else 'pending'}  {migration_id}")
