@@ -7,7 +7,6 @@ string), so the worker and its protocol checks (W5) are the same whichever trans
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,7 +17,6 @@ from .db import Database
 from .models import ApiError, api_error, batch_results
 from .schema import SchemaMismatch
 
-log = logging.getLogger("orbit.transport")
 
 # The worker procedures' signatures and answers this SDK calls (worker_namespace answers the
 # database's number). Raised with any change a direct worker of the previous number would break
@@ -69,7 +67,6 @@ class HttpTransport:
 
     def __init__(self, client: Client) -> None:
         self.client = client
-        self.brief = True  # False once a server refused the brief start answer (older)
 
     def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
         data = self.client.request(
@@ -122,25 +119,7 @@ class HttpTransport:
         self.client.request("POST", f"/v1/workers/{session_id}/goodbye", {})
 
     def start_many(self, session_id, attempt_ids):
-        body = {"session_id": session_id, "attempt_ids": attempt_ids}
-        if self.brief:
-            try:
-                return self._start_many({**body, "brief": True})
-            except ApiError as exc:
-                if exc.code != "INVALID_ARGUMENT" or not _names_field(exc, "brief"):
-                    raise
-                # A server older than the brief answer refuses the whole request and starts
-                # nothing, so asking again without it is safe; its answer is the whole attempt.
-                self.brief = False
-                log.warning(
-                    "the server refused the brief start answer (%s): asking for whole "
-                    "attempts from now on",
-                    exc,
-                    extra={"action": "worker.start"},
-                )
-        return self._start_many(body)
-
-    def _start_many(self, body: dict[str, Any]) -> list[Any]:
+        body = {"session_id": session_id, "attempt_ids": attempt_ids, "brief": True}
         return batch_results(self.client.request("POST", "/v1/attempts/start", body)[1])
 
     def result_many(self, session_id, results):
@@ -179,7 +158,6 @@ class MysqlTransport:
     ) -> None:
         self.db = Database(dsn, pool_size=4)
         self.sleep = sleep
-        self.probe = True  # False once session_ready was refused (see _ready)
         [[row]] = self._call("worker_namespace", application, environment, namespace)
         try:
             _check_protocol(row.get("worker_protocol"))
@@ -233,29 +211,11 @@ class MysqlTransport:
             lambda: self._call("worker_claim", self.namespace_id, session_id, max)[0],
             wait_ms,
             self.sleep,
-            ready=(lambda: self._ready(session_id)) if self.probe else None,
+            ready=lambda: bool(
+                self._call("session_ready", self.namespace_id, session_id)[0][0]["ready"]
+            ),
         )
         return serialize.assignments(rows)
-
-    def _ready(self, session_id: str) -> bool:
-        """The claim's probe (session_ready). An account made by `orbit-admin worker-account`
-        before the probe existed may not EXECUTE it: then the worker says so once and polls
-        with claims alone, as it did before, rather than failing every claim."""
-        if not self.probe:
-            return True  # refused earlier in this wait: claim on the backoff, as without it
-        try:
-            return bool(self._call("session_ready", self.namespace_id, session_id)[0][0]["ready"])
-        except ApiError as exc:
-            if exc.code != "INTERNAL":
-                raise
-            self.probe = False
-            log.warning(
-                "session_ready failed (%s): claiming without the probe; give this account "
-                "EXECUTE on session_ready (orbit-admin worker-account grants it)",
-                exc,
-                extra={"action": "worker.claim"},
-            )
-            return True
 
     def start(self, session_id, attempt_id):
         self._check(validation.ATTEMPT_SESSION, {"session_id": session_id})
@@ -353,12 +313,6 @@ def _check_protocol(found: int | None) -> None:
         f"the database's worker procedures are newer than this worker (protocol {found}, this "
         f"worker speaks {WORKER_PROTOCOL}); upgrade the worker's Orbit"
     )
-
-
-def _names_field(exc: ApiError, name: str) -> bool:
-    """Whether a refusal's details name the body field ``name``."""
-    details = exc.details if isinstance(exc.details, list) else []
-    return any(isinstance(d, dict) and d.get("field") == name for d in details)
 
 
 def _sdk_error(exc: errors.OrbitError) -> ApiError:

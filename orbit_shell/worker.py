@@ -169,9 +169,7 @@ class Worker:
             the same request and transaction (``POST /v1/workers/{id}/report-and-claim``),
             one request and one commit fewer per round; with slots free, one per key the
             report releases (it takes the key's next task at once, where the long poll would
-            find it only at its next probe). Where the server refuses that call
-            (an older server, or a direct account without EXECUTE on it) the worker says so
-            once and reports and claims apart from then on.
+            find it only at its next probe).
     """
 
     def __init__(
@@ -521,15 +519,6 @@ class Worker:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
             except ApiError as exc:
-                if want:
-                    want = 0
-                    self.claim_with_report = False
-                    log.warning(
-                        "report-and-claim refused (%s): reporting and claiming apart from now on",
-                        exc,
-                        extra={"action": "worker.result"},
-                    )
-                    continue
                 log.error("results refused: %s", exc, extra={"action": "worker.result"})
                 answers = [exc] * len(batch)
                 break
@@ -562,8 +551,6 @@ class Worker:
         later; a hot key's tasks run one after another, so that wait was most of each one's
         turn (bench/README.md)."""
         if not self.claim_with_report or self._stopping.is_set():
-            return 0
-        if not hasattr(self.transport, "report_and_claim"):  # a transport made before it
             return 0
         with self._slots:
             held = len(self.inflight)

@@ -6,23 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
-import socketserver
 import threading
 import time
 from collections import defaultdict
 from urllib.parse import urlparse
-from wsgiref import simple_server
 
 import pymysql
 import pytest
 
-from orbit_shell import db, schema, validation
-from orbit_shell.api.app import create_app
+from orbit_shell import db, schema
 from orbit_shell.cli.admin import worker_account
 from orbit_shell.client import Client
-from orbit_shell.config import Config
 from orbit_shell.db import Database
-from orbit_shell.errors import InvalidArgument
 from orbit_shell.models import (
     ApiError,
     IdempotencyConflictError,
@@ -61,23 +56,6 @@ def _account_dsn(orbit_dsn, server, name: str, out, tenant) -> str:
     url = urlparse(doc["dsn"])
     suffix = f"?unix_socket={server.socket}" if server.socket else ""
     return f"mysql://{url.username}:{url.password}@{server.host}:{server.port}{url.path}{suffix}"
-
-
-def _account_without(orbit_dsn, server, tmp_path, procedure: str, tenant) -> str:
-    """A worker account as an older orbit-admin made it: without EXECUTE on ``procedure``."""
-    name = "orbit_old_" + secrets.token_hex(3)
-    dsn = _account_dsn(orbit_dsn, server, name, tmp_path / f"{name}.json", tenant)
-    conn = db.connect(orbit_dsn)
-    try:
-        with conn.cursor() as cur:
-            schema_name = db.parse_dsn(orbit_dsn)["database"]
-            cur.execute(
-                f"REVOKE EXECUTE ON PROCEDURE `{schema_name}`.`{procedure}` FROM %s@'localhost'",
-                (name,),
-            )
-    finally:
-        conn.close()
-    return dsn
 
 
 @pytest.fixture(params=["http", "mysql"])
@@ -344,88 +322,6 @@ def test_a_report_that_frees_a_key_claims_the_next_task_with_slots_free(make_wor
         assert counting.granted["claim"] == 6
 
 
-class WithoutReportAndClaim:
-    """A transport written against the protocol before report_and_claim existed."""
-
-    def __init__(self, transport):
-        self.transport = transport
-
-    def __getattr__(self, name):
-        if name == "report_and_claim":
-            raise AttributeError(name)
-        return getattr(self.transport, name)
-
-
-def test_a_transport_without_report_and_claim_still_reports(make_worker, api):
-    q = api.create_queue("older").queue_id
-    ids = [_submit(api, q) for _ in range(6)]  # queued first: the worker's 2 slots fill
-    worker = make_worker([q], capacity=2)
-    worker.transport = WithoutReportAndClaim(worker.transport)
-    worker.register("job", "v1", lambda event: None)
-    worker.start()
-    assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
-
-
-def _run_six(api, name: str, transport) -> Worker:
-    """Six tasks queued first (a worker of 2 slots fills them), run by a worker on
-    ``transport`` until all succeed, then drained; the worker."""
-    q = api.create_queue(name).queue_id
-    ids = [_submit(api, q) for _ in range(6)]
-    worker = Worker([q], transport=transport, capacity=2, wait_ms=300)
-    worker.register("job", "v1", lambda event: event.payload["n"])
-    worker.start()
-    try:
-        assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
-    finally:
-        assert worker.drain(timeout=10)
-    return worker
-
-
-@pytest.fixture
-def older_server(orbit_dsn, monkeypatch):
-    """The app in this process, served over real HTTP, as a server from before the brief
-    start answer: its batch start refuses `brief` as an unknown field, with the refusal an
-    older server's strict shape gave (the route still finds its default when it is absent)."""
-
-    class Unknown(validation.Check):
-        def __call__(self, name, value):
-            raise InvalidArgument(
-                f"unknown field(s): {name}", [{"field": name, "message": "unknown field"}]
-            )
-
-    fields = {
-        **validation.ATTEMPT_START_BATCH.fields,
-        "brief": validation.Field(Unknown(), default=False),
-    }
-    monkeypatch.setattr(validation.ATTEMPT_START_BATCH, "fields", fields)
-
-    class Threaded(socketserver.ThreadingMixIn, simple_server.WSGIServer):
-        daemon_threads = True
-
-    class Quiet(simple_server.WSGIRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    http = simple_server.make_server(
-        "127.0.0.1", 0, create_app(Config(dsn=orbit_dsn)), Threaded, Quiet
-    )
-    threading.Thread(target=http.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{http.server_port}"
-    http.shutdown()
-    http.server_close()
-
-
-def test_a_server_without_the_brief_start_gets_whole_attempts_asked(
-    older_server, tenant, api, caplog
-):
-    """A refused `brief` started nothing (the request is refused whole), so the SDK asks again
-    without it, says so once, and runs every task."""
-    transport = HttpTransport(Client(older_server, tenant.token))
-    _run_six(api, "older-start", transport)
-    assert transport.brief is False
-    assert caplog.text.count("refused the brief start answer") == 1
-
-
 def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
     """A report claims only when every slot is held: with room left the claim loop claims on
     its own, and a second claimer would split what arrives into more, smaller claims."""
@@ -438,18 +334,6 @@ def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
     assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
     assert counting.calls["report_and_claim"] == 0
     assert counting.calls["result_many"] >= 1
-
-
-def test_an_account_without_report_and_claim_reports_and_claims_apart(
-    orbit_dsn, server, tenant, api, tmp_path, caplog
-):
-    """An account made before worker_report_claim existed may not EXECUTE it: its worker says
-    so once and reports and claims in separate calls, losing no result."""
-    dsn = _account_without(orbit_dsn, server, tmp_path, "worker_report_claim", tenant)
-    transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
-    worker = _run_six(api, "apart", transport)
-    assert worker.claim_with_report is False
-    assert caplog.text.count("report-and-claim refused") == 1
 
 
 def test_a_report_holding_everything_in_flight_is_sent_without_lingering(make_worker, api):
@@ -728,30 +612,6 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
         MysqlTransport(worker_dsn, b.application, "test", b.namespace).namespace_id
         == b.namespace_id
     )
-
-
-def test_an_account_made_before_the_claim_probe_still_claims(
-    orbit_dsn, server, tenant, api, tmp_path, caplog
-):
-    """Accounts made by an older `orbit-admin worker-account` lack EXECUTE on session_ready.
-    Their workers must keep claiming (say so once, then poll with claims alone), not fail
-    every claim until someone re-runs the command, which also changes the password."""
-    dsn = _account_without(orbit_dsn, server, tmp_path, "session_ready", tenant)
-    transport = MysqlTransport(dsn, tenant.application, "test", tenant.namespace)
-    hello = transport.hello("old-" + secrets.token_hex(3), [tenant.queue_id], 2, True)
-    assert transport.claim(hello.session_id, 2, 200) == []  # waited, probe refused once
-    assert not transport.probe
-    assert caplog.text.count("claiming without the probe") == 1
-    # A task that arrives while a claim waits is still found by that claim: it claims again
-    # on the backoff instead of waiting out wait_ms on a probe it may not run.
-    submitted: list[str] = []
-    later = threading.Timer(0.3, lambda: submitted.append(_submit(api, tenant.queue_id)))
-    later.start()
-    try:
-        claimed = transport.claim(hello.session_id, 2, 5000)
-    finally:
-        later.join()
-    assert [a["task"]["task_id"] for a in claimed] == submitted
 
 
 @pytest.mark.parametrize(
