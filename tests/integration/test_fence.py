@@ -1,4 +1,4 @@
-"""Fencing helpers (SPEC 6): in-memory model and the SQL store with concurrent writers."""
+"""Fencing at the resource (SPEC 6): the SQL store, with concurrent writers."""
 
 from __future__ import annotations
 
@@ -7,19 +7,7 @@ import threading
 
 import pytest
 
-from orbit_shell.fence import InMemoryFencedStore, SqlFencedStore, StaleTokenError
-
-
-def test_in_memory_store_rejects_stale_tokens_and_deduplicates():
-    store = InMemoryFencedStore("ns")
-    assert not store.write("ns", "k", 5, "op-1", "a").duplicate
-    assert store.write("ns", "k", 5, "op-1", "a").duplicate  # same operation again
-    with pytest.raises(StaleTokenError):
-        store.write("ns", "k", 4, "op-2", "late")
-    store.write("ns", "k", 6, "op-3", "b")
-    with pytest.raises(PermissionError):
-        store.write("other", "k", 9, "op-4", "x")
-    assert (store.values["k"], store.writes, store.rejected) == ("b", 2, 1)
+from orbit_shell.fence import SqlFencedStore, StaleTokenError
 
 
 @pytest.fixture
