@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from orbit_shell import localdb
+from devtools import localdb
 from tests.acceptance.procs import reap
 
 
@@ -60,11 +60,13 @@ def launch_orbit(dsn: str, log, **env: str) -> subprocess.Popen:
 
 
 def stop_orbit(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL once gunicorn's graceful timeout (20 s) has passed; reaped."""
     proc.terminate()
     try:
-        proc.wait(20)
+        proc.wait(30)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(autouse=True)
