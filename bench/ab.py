@@ -26,8 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run  # noqa: E402
 
-from orbit_shell import db, localdb, schema  # noqa: E402
-from orbit_shell.db import Database  # noqa: E402
+from devtools import localdb
+from orbit_shell.engine import db, schema
+from orbit_shell.engine.db import Database
 
 CALLS = ("task_submit_many", "worker_claim", "attempt_start_many", "attempt_result_many")
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pymysql
 
-from orbit_shell import db
-from orbit_shell.db import Database
+from orbit_shell.engine import db
+from orbit_shell.engine.db import Database
 
 DDL = (
     "CREATE TABLE {f}.tasks (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, queue INT NOT NULL,"

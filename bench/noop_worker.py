@@ -20,8 +20,8 @@ import sys
 import threading
 import time
 
-from orbit_shell.transport import MysqlTransport
-from orbit_shell.worker import Worker
+from orbit_shell.sdk.transport import MysqlTransport
+from orbit_shell.sdk.worker import Worker
 
 
 def counted(fn, name: str, counts: dict, lock: threading.Lock, size):

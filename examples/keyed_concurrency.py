@@ -23,10 +23,11 @@ import threading
 import time
 import uuid
 
-from orbit_shell.client import Client
-from orbit_shell.fence import InMemoryFencedStore, StaleTokenError
-from orbit_shell.models import SubmitTaskRequest
-from orbit_shell.worker import TaskEvent, Worker
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.fence import InMemoryFencedStore, StaleTokenError
+from orbit_shell.sdk.models import SubmitTaskRequest
+from orbit_shell.sdk.protocol import TaskEvent
+from orbit_shell.sdk.worker import Worker
 
 TOTAL_SECONDS = 20.0
 

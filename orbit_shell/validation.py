@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidArgument, field_error
+from orbit_shell.errors import InvalidArgument, field_error
 
 MISSING: Any = object()
 HEX32 = re.compile(r"^[0-9a-f]{32}$")

@@ -3,7 +3,7 @@ migrated database for the session, and per-test tenants so tests never share row
 
 ``ORBIT_TEST_MYSQL_DSN=mysql://user:pw@host:port/db`` uses an existing server (``mysql_noproc``);
 otherwise ``mysql_proc`` starts a private server (own data dir and port) with the binaries that
-``orbit_shell.localdb`` finds or installs.
+``devtools.localdb`` finds or installs.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import pytest
 from falcon import testing
 from pytest_mysql import factories
 
-from orbit_shell import localdb, schema
-from orbit_shell.api.app import create_app
+from devtools import localdb
 from orbit_shell.cli.admin import bootstrap
-from orbit_shell.config import Config
-from orbit_shell.db import Database
+from orbit_shell.engine import schema
+from orbit_shell.engine.db import Database
+from orbit_shell.server.app import create_app
+from orbit_shell.server.config import Config
 
 EXTERNAL_DSN = os.environ.get("ORBIT_TEST_MYSQL_DSN")
 

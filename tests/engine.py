@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 
-from orbit_shell.db import Database
+from orbit_shell.engine.db import Database
 
 
 def submit_item(queue: int, concurrency_key: str = "", **fields) -> dict:
@@ -177,7 +177,7 @@ class Engine:
     def force(self, sql: str, *args) -> None:
         """Test setup written straight to a table: a clock moved, or a state the procedures
         would not make, to see that they refuse it."""
-        from orbit_shell import db
+        from orbit_shell.engine import db
 
         conn = db.connect(self.db.dsn)
         try:

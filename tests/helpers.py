@@ -5,7 +5,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from orbit_shell import auth, db
+from orbit_shell.engine import db
+from orbit_shell.server import auth
 
 
 def task_body(queue_id: str, **fields: Any) -> dict[str, Any]:

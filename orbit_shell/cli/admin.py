@@ -14,9 +14,11 @@ from urllib.parse import quote
 
 import pymysql
 
-from .. import auth, db, errors
-from ..db import Database
-from ..validation import HEX32
+from orbit_shell import errors
+from orbit_shell.engine import db
+from orbit_shell.engine.db import Database
+from orbit_shell.server import auth
+from orbit_shell.validation import HEX32
 
 BASE_SCOPES = ("queues:manage", "tasks:submit", "tasks:read", "tasks:manage")
 WORKER_SCOPES = ("workers:connect", "workers:consume")

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .. import schema
+from orbit_shell.engine import schema
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,8 +17,9 @@ import tempfile
 
 from gunicorn.app.base import BaseApplication
 
-from .. import logs, schema
-from ..config import Config
+from orbit_shell import logs
+from orbit_shell.engine import schema
+from orbit_shell.server.config import Config
 
 log = logging.getLogger("orbit.server")
 METRICS_PREFIX = "orbit-metrics-"  # + "<pid>-<random>": the private metrics directory
@@ -37,7 +38,7 @@ class OrbitServer(BaseApplication):
     def load_config(self) -> None:
         self.cfg.set("bind", self.config.http_addr)
         self.cfg.set("workers", self.config.http_workers)
-        self.cfg.set("worker_class", "orbit_shell.api.gevent_worker.OrbitWorker")
+        self.cfg.set("worker_class", "orbit_shell.server.gevent_worker.OrbitWorker")
         self.cfg.set("worker_connections", self.config.http_connections)
         # Bounds every request's header read, not only a kept-alive connection's wait.
         self.cfg.set("keepalive", math.ceil(self.config.header_timeout))
@@ -57,9 +58,9 @@ class OrbitServer(BaseApplication):
     def _post_worker_init(self, worker) -> None:
         # Imported here, in the worker after gevent patched it: a class made from
         # threading.Thread in the arbiter would run as an OS thread beside the event loop.
-        from ..db import Database
-        from ..schedules import Scheduler
-        from ..sweeper import Sweeper
+        from orbit_shell.engine.db import Database
+        from orbit_shell.server.schedules import Scheduler
+        from orbit_shell.server.sweeper import Sweeper
 
         if self.config.sweep_interval > 0:
             Sweeper(Database(self.config.dsn, pool_size=2), self.config.sweep_interval).start()
@@ -67,7 +68,7 @@ class OrbitServer(BaseApplication):
             Scheduler(Database(self.config.dsn, pool_size=2), self.config.schedule_interval).start()
 
     def load(self):
-        from ..api.app import create_app
+        from orbit_shell.server.app import create_app
 
         return create_app(self.config)
 

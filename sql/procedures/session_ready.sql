@@ -1,5 +1,5 @@
 -- session_ready: whether a claim by this session would find work now, read without locks. The
--- claim's long poll (orbit_shell/longpoll.py) calls it between claims, so a waiting worker costs
+-- claim's long poll (orbit_shell/engine/longpoll.py) calls it between claims, so a waiting worker costs
 -- an index probe per queue every few milliseconds instead of a claim transaction every 20-250 ms.
 -- Work is what worker_claim takes or recovers: a READY task the session may take (unkeyed only
 -- without concurrency_keys) in one of its ACTIVE queues while the session has room (capacity

@@ -3,7 +3,7 @@
 --   fingerprint (SHA-256 of the normalised request), task fields, deadline in seconds (NULL =
 --   none), actor, and the schedule origin (NULLs for API submissions).
 -- Result set: {task_id (public), created (1 first acceptance, 0 replay)}, then the task's
---   detail: the columns of orbit_shell.scoped.TASK_COLUMNS, so POST /v1/tasks answers without
+--   detail: the columns of orbit_shell.server.scoped.TASK_COLUMNS, so POST /v1/tasks answers without
 --   reading the task again (that read was 18% of the request in-process).
 -- Errors: NOT_FOUND (queue not in namespace), IDEMPOTENCY_CONFLICT (same key, other content),
 --   QUOTA_EXCEEDED (application or queue unfinished quota).

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orbit_shell.client import Client
-from orbit_shell.localdb import free_port
-from orbit_shell.models import UnavailableError
+from devtools.localdb import free_port
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.models import UnavailableError
 
 
 def test_a_netrc_entry_for_the_host_does_not_replace_the_bearer_token(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from orbit_shell.client import Client
-from orbit_shell.fence import SqlFencedStore, StaleTokenError
-from orbit_shell.models import SubmitTaskRequest
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.fence import SqlFencedStore, StaleTokenError
+from orbit_shell.sdk.models import SubmitTaskRequest
 from tests.acceptance.procs import read_line, spawn
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from orbit_shell import db, localdb, schema
-from orbit_shell.client import Client
-from orbit_shell.db import Database
-from orbit_shell.fence import SqlFencedStore
-from orbit_shell.models import SubmitTaskRequest
+from devtools import localdb
+from orbit_shell.engine import db, schema
+from orbit_shell.engine.db import Database
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.fence import SqlFencedStore
+from orbit_shell.sdk.models import SubmitTaskRequest
 from tests.acceptance.procs import SPAWNED, spawn
 from tests.conftest import make_tenant
 from tests.engine import Engine

@@ -14,20 +14,20 @@ from urllib.parse import urlparse
 import pymysql
 import pytest
 
-from orbit_shell import db, schema
 from orbit_shell.cli.admin import worker_account
-from orbit_shell.client import Client
-from orbit_shell.db import Database
-from orbit_shell.models import (
+from orbit_shell.engine import db, schema
+from orbit_shell.engine.db import Database
+from orbit_shell.engine.schema import SchemaMismatch
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.models import (
     ApiError,
     IdempotencyConflictError,
     InvalidArgumentError,
     NotFoundError,
     SubmitTaskRequest,
 )
-from orbit_shell.schema import SchemaMismatch
-from orbit_shell.transport import WORKER_PROTOCOL, HttpTransport, MysqlTransport
-from orbit_shell.worker import Retry, UnknownOutcome, Worker
+from orbit_shell.sdk.transport import WORKER_PROTOCOL, HttpTransport, MysqlTransport
+from orbit_shell.sdk.worker import Retry, UnknownOutcome, Worker
 from tests.conftest import make_tenant
 
 

@@ -9,8 +9,8 @@ import threading
 import time
 
 from orbit_shell import logs
-from orbit_shell.fence import SqlFencedStore, StaleTokenError
-from orbit_shell.worker import Worker
+from orbit_shell.sdk.fence import SqlFencedStore, StaleTokenError
+from orbit_shell.sdk.worker import Worker
 
 _OUT = threading.Lock()
 

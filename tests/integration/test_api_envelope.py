@@ -9,11 +9,11 @@ import json
 import pytest
 from falcon import testing
 
-from orbit_shell import db
-from orbit_shell.api.app import create_app
 from orbit_shell.cli.admin import bootstrap
-from orbit_shell.config import Config
-from orbit_shell.db import Database
+from orbit_shell.engine import db
+from orbit_shell.engine.db import Database
+from orbit_shell.server.app import create_app
+from orbit_shell.server.config import Config
 from orbit_shell.validation import MAX_JSON_DEPTH
 from tests.helpers import Session, limited_credential, submit, task_body
 
@@ -195,7 +195,7 @@ def test_wrong_secret_for_a_real_credential_is_401(client, tenant):
 
 
 def test_revoked_credential_is_401(client, tenant, orbit_dsn):
-    from orbit_shell import db
+    from orbit_shell.engine import db
 
     conn = db.connect(orbit_dsn)
     try:

@@ -9,7 +9,7 @@ import unicodedata
 
 import pytest
 
-from orbit_shell.api.guard import SubmitGuard
+from orbit_shell.server.guard import SubmitGuard
 from tests.helpers import Session, limited_credential, submit, task_body
 
 

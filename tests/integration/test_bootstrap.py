@@ -8,7 +8,8 @@ import stat
 import subprocess
 import sys
 
-from orbit_shell import auth, schema
+from orbit_shell.engine import schema
+from orbit_shell.server import auth
 
 
 def _run(args, dsn, check=True):

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from orbit_shell import db
-from orbit_shell.db import Database
+from orbit_shell.engine import db
+from orbit_shell.engine.db import Database
 from tests.engine import Engine
 from tests.procedure_cases import PROCEDURES, cases, setup
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from orbit_shell.fence import SqlFencedStore, StaleTokenError
+from orbit_shell.sdk.fence import SqlFencedStore, StaleTokenError
 
 
 @pytest.fixture

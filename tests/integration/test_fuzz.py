@@ -18,8 +18,8 @@ from schemathesis.checks import (
     response_schema_conformance,
 )
 
-from orbit_shell.api.app import create_app
-from orbit_shell.config import Config
+from orbit_shell.server.app import create_app
+from orbit_shell.server.config import Config
 from tests.conftest import make_tenant
 from tests.helpers import Session, task_body
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from orbit_shell import db, localdb
+from devtools import localdb
+from orbit_shell.engine import db
 
 
 def test_missing_server_without_root_says_what_to_install(monkeypatch):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pymysql
 
-from orbit_shell import db
+from orbit_shell.engine import db
 from tests.engine import Engine
 
 

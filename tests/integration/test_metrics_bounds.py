@@ -6,8 +6,8 @@ import pytest
 from falcon import testing
 from prometheus_client import CollectorRegistry
 
-from orbit_shell.api.app import create_app
-from orbit_shell.config import Config
+from orbit_shell.server.app import create_app
+from orbit_shell.server.config import Config
 
 
 def _client(orbit_dsn, database, **config) -> testing.TestClient:

@@ -16,8 +16,8 @@ import json
 
 import pytest
 
-from orbit_shell import db, schema
-from orbit_shell.db import Database
+from orbit_shell.engine import db, schema
+from orbit_shell.engine.db import Database
 from tests.conftest import make_tenant
 from tests.engine import call_reads, submit_item
 

@@ -1,5 +1,6 @@
-"""The purge gauges of `/metrics` (orbit_shell.dbmetrics): a transaction left open on the server
-keeps purge from removing what every claim steps over, and operators alert on these two."""
+"""The purge gauges of `/metrics` (orbit_shell.server.dbmetrics): a transaction left open on
+the server keeps purge from removing what every claim steps over, and operators alert on
+these two."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import re
 import secrets
 import time
 
-from orbit_shell import db
-from orbit_shell.db import Database
-from orbit_shell.dbmetrics import PurgeCollector
+from orbit_shell.engine import db
+from orbit_shell.engine.db import Database
+from orbit_shell.server.dbmetrics import PurgeCollector
 
 
 def gauge(text: str, name: str) -> float | None:

@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from orbit_shell import db, schedules
-from orbit_shell.db import Database
+from orbit_shell.engine import db
+from orbit_shell.engine.db import Database
+from orbit_shell.server import schedules
 from tests.helpers import Session, limited_credential, task_body
 
 

@@ -7,9 +7,9 @@ import json
 
 from falcon import testing
 
-from orbit_shell.api.app import create_app
-from orbit_shell.api.guard import SubmitGuard
-from orbit_shell.config import Config
+from orbit_shell.server.app import create_app
+from orbit_shell.server.config import Config
+from orbit_shell.server.guard import SubmitGuard
 from tests.helpers import submit
 
 

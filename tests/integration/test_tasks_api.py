@@ -11,9 +11,9 @@ import unicodedata
 import pytest
 from falcon import testing
 
-from orbit_shell.auth import Principal
-from orbit_shell.db import Database
-from orbit_shell.scoped import Scope
+from orbit_shell.engine.db import Database
+from orbit_shell.server.auth import Principal
+from orbit_shell.server.scoped import Scope
 from tests.engine import handler_reads, submit_item
 from tests.helpers import Session, limited_credential, submit, task_body
 
@@ -215,7 +215,7 @@ def test_queue_unfinished_quota_edges(client, tenant):
 
 
 def test_application_quota_and_needs_review_counts(client, tenant, orbit_dsn):
-    from orbit_shell import db
+    from orbit_shell.engine import db
 
     conn = db.connect(orbit_dsn)
     with conn.cursor() as cur:

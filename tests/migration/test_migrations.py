@@ -7,7 +7,7 @@ import re
 import pymysql
 import pytest
 
-from orbit_shell import db, schema
+from orbit_shell.engine import db, schema
 
 KEYED = "000005_keyed_concurrency"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orbit_shell.db import parse_dsn
+from orbit_shell.engine.db import parse_dsn
 
 
 def test_plain_unless_a_ca_is_named():

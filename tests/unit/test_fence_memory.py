@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orbit_shell.fence import InMemoryFencedStore, StaleTokenError
+from orbit_shell.sdk.fence import InMemoryFencedStore, StaleTokenError
 
 
 def test_in_memory_store_rejects_stale_tokens_and_deduplicates():

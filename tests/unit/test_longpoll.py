@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orbit_shell import errors, longpoll
+from orbit_shell import errors
+from orbit_shell.engine import longpoll
 
 
 class Clock:

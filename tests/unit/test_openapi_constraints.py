@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orbit_shell import errors, schedules, validation
-from orbit_shell.api import openapi
-from orbit_shell.api.tasks import LIST_QUERY
+from orbit_shell import errors, validation
+from orbit_shell.server import openapi, schedules
+from orbit_shell.server.resources.tasks import LIST_QUERY
 
 DOC = openapi.build()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from orbit_shell import schema
+from orbit_shell.engine import schema
 
 SET_RC = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;"
 

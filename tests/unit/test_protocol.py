@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orbit_shell.models import ProtocolError, parse_token
-from orbit_shell.worker import ProtocolGuard
+from orbit_shell.sdk.models import ProtocolError, parse_token
+from orbit_shell.sdk.protocol import ProtocolGuard
 
 
 def assign(attempt="a" * 32, key="object/42", token="17"):

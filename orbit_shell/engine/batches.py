@@ -1,0 +1,131 @@
+"""The batch procedures (task_submit_many, attempt_start_many, attempt_result_many, and
+worker_report_claim, results and a claim): one transaction for many items, each answered with
+its own data or its own error.
+
+The HTTP routes and the MySQL worker transport call these, so the two transports batch the
+same way (W9).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orbit_shell import errors, validation
+from orbit_shell.engine import serialize
+from orbit_shell.engine.db import Database, signal_error
+
+
+def submit_many(
+    db: Database, namespace_id: int, actor: str, items: list[tuple[int, str, dict[str, Any]]]
+) -> list[dict[str, Any] | errors.OrbitError]:
+    """task_submit per ``(queue internal id, idempotency key, validated body)``, in order:
+    ``{task_id, created}`` or the item's error. The fingerprint and the stored payload text are
+    the single route's, so either route replays the other's submission."""
+    wire = [
+        {
+            "queue": queue,
+            "idempotency_key": key,
+            "fingerprint": validation.fingerprint(body),
+            "handler": body["handler"],
+            "handler_version": body["handler_version"],
+            "payload_version": body["payload_version"],
+            "payload": validation.stored_json(body["payload"]),
+            "business_key": body["business_key"],
+            "concurrency_key": body["concurrency_key"],
+            "priority": body["priority"],
+            # 0 for none (both are at least 1): no JSON nulls reach JSON_TABLE.
+            "max_attempts": body["max_attempts"] or 0,
+            "deadline_seconds": body["deadline_seconds"] or 0,
+        }
+        for queue, key, body in items
+    ]
+    [rows] = db.call("task_submit_many", namespace_id, actor, _json(wire))
+    return [
+        signal_error(r["item_error"])
+        if r["item_error"]
+        else {"task_id": r["task_id"], "created": bool(r["created"])}
+        for r in rows
+    ]
+
+
+def start_many(
+    db: Database, namespace_id: int, session_id: str, attempt_ids: list[str], brief: bool = False
+) -> list[dict[str, Any] | errors.OrbitError]:
+    """attempt_start per id, in order: the attempt (now RUNNING) or the item's error; with
+    ``brief`` only ``{attempt_id, state}`` of each started attempt."""
+    [rows] = db.call(
+        "attempt_start_many", namespace_id, session_id, json.dumps(attempt_ids), int(brief)
+    )
+    if brief:
+        return [
+            signal_error(r["item_error"])
+            if r["item_error"]
+            else {"attempt_id": a, "state": "RUNNING"}
+            for r, a in zip(rows, attempt_ids, strict=True)
+        ]
+    return [
+        signal_error(r["item_error"]) if r["item_error"] else serialize.attempt(r) for r in rows
+    ]
+
+
+def result_many(
+    db: Database, namespace_id: int, session_id: str, items: list[dict[str, Any]]
+) -> list[dict[str, Any] | errors.OrbitError]:
+    """attempt_result per item, in order: ``{attempt_id, task_id, duplicate}`` or the item's
+    error. Results and errors travel as the same canonical JSON text the single call sends, so
+    a result repeated through either route is recognised as a duplicate."""
+    [rows] = db.call("attempt_result_many", namespace_id, session_id, _result_wire(items))
+    return _result_answers(rows)
+
+
+def report_claim(
+    db: Database, namespace_id: int, session_id: str, items: list[dict[str, Any]], max: int
+) -> tuple[list[dict[str, Any] | errors.OrbitError], list[dict[str, Any]]]:
+    """worker_report_claim: ``result_many``'s answers for ``items``, then the rows of a claim
+    of up to ``max`` (no long poll), committed together; the caller makes the ``task.assign``
+    messages (``serialize.assignments`` or ``assignments_json``)."""
+    rows, granted = db.call(
+        "worker_report_claim", namespace_id, session_id, _result_wire(items), max
+    )[:2]
+    return _result_answers(rows), granted
+
+
+def _result_wire(items: list[dict[str, Any]]) -> str:
+    return _json(
+        [
+            {
+                "attempt_id": item["attempt_id"],
+                "outcome": item["outcome"],
+                "retryable": int(bool(item.get("retryable"))),
+                "result": _text(item.get("result")),
+                "error": _text(item.get("error")),
+            }
+            for item in items
+        ]
+    )
+
+
+def _result_answers(rows: list[dict[str, Any]]) -> list[dict[str, Any] | errors.OrbitError]:
+    return [
+        signal_error(r["item_error"])
+        if r["item_error"]
+        else {
+            "attempt_id": r["attempt_id"],
+            "task_id": r["task_id"],
+            "duplicate": bool(r["duplicate"]),
+        }
+        for r in rows
+    ]
+
+
+def _text(value: Any) -> str:
+    # '' for none: JSON text is never empty, and the procedure then never reads a JSON null
+    # through JSON_TABLE (where MySQL 8 and MariaDB may differ).
+    return "" if value is None else validation.canonical_json(value)
+
+
+def _json(wire: list[dict[str, Any]]) -> str:
+    # UTF-8 as is (not \u escapes), so JSON_UNQUOTE gives back exactly the text sent: the same
+    # bytes for keys (K2: exact match) and the same text for fingerprints.
+    return json.dumps(wire, ensure_ascii=False)

@@ -1,0 +1,244 @@
+"""The API client SDK (W6): typed results, typed errors, connection reuse, timeouts, and retries
+only where they are safe.
+
+Safe to retry: reads (GET), submissions (the Idempotency-Key makes a repeat return the original
+receipt), results (a repeated identical result returns the stored outcome) and hello (resumes
+the session). Claim, start, renew and the queue/task actions are not retried by the client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import requests
+import requests.auth
+import requests.utils
+
+from orbit_shell.sdk.models import (
+    ApiError,
+    Attempt,
+    Queue,
+    SubmitReceipt,
+    SubmitResult,
+    SubmitTaskRequest,
+    Task,
+    TaskPage,
+    UnavailableError,
+    api_error,
+    batch_results,
+)
+
+
+class _Bearer(requests.auth.AuthBase):
+    """The credential's ``Authorization: Bearer`` header on every request."""
+
+    def __init__(self, token: str) -> None:
+        self.header = f"Bearer {token}"
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.headers["Authorization"] = self.header
+        return request
+
+
+class Client:
+    """HTTP client for one credential.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8080``.
+        token: the bearer token (``orb_...``).
+        timeout: seconds per request (connect and read).
+        retries: extra tries for safe calls on connection errors and 503.
+        session: a ``requests.Session`` to send through, used as it is configured except for
+            its ``auth`` (the token); by default a new one that takes the proxy variables
+            (``HTTP_PROXY``, ``NO_PROXY``, ...) and ``REQUESTS_CA_BUNDLE`` from the environment
+            when the client is made.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        timeout: float = 10.0,
+        retries: int = 3,
+        session: requests.Session | None = None,
+        sleep=time.sleep,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self.sleep = sleep
+        if session is None:
+            session = requests.Session()
+            # The environment is read once, here, not on every request: requests otherwise
+            # scans os.environ for proxies and reads ~/.netrc per request (a /healthz round
+            # trip took 2.2 ms with that, 1.7 without). Proxy variables and a CA bundle apply.
+            session.trust_env = False
+            session.proxies.update(requests.utils.get_environ_proxies(self.base_url))
+            bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+            if bundle:
+                session.verify = bundle
+        self.http = session
+        # As the session's auth, not a plain header: a ~/.netrc entry for the host would
+        # otherwise replace the bearer token with Basic credentials.
+        self.http.auth = _Bearer(token)
+        self.http.headers.update({"Accept": "application/json"})
+
+    @classmethod
+    def from_credentials_file(cls, base_url: str, path: str, **kwargs: Any) -> Client:
+        with open(path, encoding="utf-8") as handle:
+            return cls(base_url, json.load(handle)["token"], **kwargs)
+
+    def close(self) -> None:
+        self.http.close()
+
+    # Transport ------------------------------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params=None,
+        headers=None,
+        safe: bool = False,
+        timeout: float | None = None,
+    ) -> tuple[int, Any]:
+        """Send one request; return ``(status, data)`` or raise the typed ApiError."""
+        tries = 1 + (self.retries if safe else 0)
+        headers = dict(headers or {})
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        for attempt in range(tries):
+            try:
+                response = self.http.request(
+                    method,
+                    self.base_url + path,
+                    params=params,
+                    headers=headers,
+                    data=None if body is None else json.dumps(body),
+                    timeout=timeout or self.timeout,
+                )
+            except requests.RequestException as exc:
+                if attempt + 1 < tries:
+                    self.sleep(min(0.1 * 2**attempt, 2.0))
+                    continue
+                raise UnavailableError("UNAVAILABLE", 0, f"cannot reach Orbit: {exc}") from exc
+            if response.status_code == 503 and attempt + 1 < tries:
+                self.sleep(min(0.1 * 2**attempt, 2.0))
+                continue
+            return response.status_code, self._decode(response)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _decode(response: requests.Response) -> Any:
+        try:
+            body = response.json()
+        except ValueError:
+            raise ApiError(
+                "INTERNAL", response.status_code, f"non-JSON response: {response.text[:200]}"
+            ) from None
+        if response.status_code >= 400 or "error" in body:
+            err = body.get("error") or {}
+            raise api_error(
+                err.get("code", "INTERNAL"),
+                response.status_code,
+                err.get("message", ""),
+                err.get("details"),
+                body.get("request_id"),
+            )
+        return body["data"]
+
+    # Tasks ----------------------------------------------------------------------------------
+    def submit_task(self, idempotency_key: str, request: SubmitTaskRequest) -> SubmitResult:
+        """Submit a task; ``created`` is False when the key was already accepted (same content).
+
+        Raises:
+            IdempotencyConflictError: the key was used with different content.
+            QuotaExceededError: an unfinished-task quota is reached.
+        """
+        status, data = self.request(
+            "POST",
+            "/v1/tasks",
+            request.to_json(),
+            headers={"Idempotency-Key": idempotency_key},
+            safe=True,
+        )
+        return SubmitResult(Task.from_json(data), created=status == 201)
+
+    def submit_tasks(
+        self, items: list[tuple[str, SubmitTaskRequest]]
+    ) -> list[SubmitReceipt | ApiError]:
+        """Submit up to 100 tasks in one request, each with its own Idempotency-Key; returns,
+        in order, a receipt or the typed error that item got (the others are unaffected)."""
+        _, data = self.request(
+            "POST",
+            "/v1/tasks/batch",
+            {"tasks": [{"idempotency_key": key, **req.to_json()} for key, req in items]},
+            safe=True,
+        )
+        return [
+            r if isinstance(r, ApiError) else SubmitReceipt(r["task_id"], r["created"])
+            for r in batch_results(data)
+        ]
+
+    def get_task(self, task_id: str) -> Task:
+        return Task.from_json(self.request("GET", f"/v1/tasks/{task_id}", safe=True)[1])
+
+    def list_tasks(
+        self,
+        *,
+        queue_id: str | None = None,
+        state: str | None = None,
+        business_key: str | None = None,
+        concurrency_key: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> TaskPage:
+        params = {
+            k: v
+            for k, v in {
+                "queue_id": queue_id,
+                "state": state,
+                "business_key": business_key,
+                "concurrency_key": concurrency_key,
+                "cursor": cursor,
+                "limit": limit,
+            }.items()
+            if v is not None
+        }
+        data = self.request("GET", "/v1/tasks", params=params, safe=True)[1]
+        return TaskPage([Task.from_json(t) for t in data["tasks"]], data["next_cursor"])
+
+    def list_attempts(self, task_id: str) -> list[Attempt]:
+        data = self.request("GET", f"/v1/tasks/{task_id}/attempts", safe=True)[1]
+        return [Attempt.from_json(a) for a in data]
+
+    def get_attempt(self, task_id: str, number: int) -> Attempt:
+        data = self.request("GET", f"/v1/tasks/{task_id}/attempts/{number}", safe=True)[1]
+        return Attempt.from_json(data)
+
+    def cancel_task(self, task_id: str) -> Task:
+        return Task.from_json(self.request("POST", f"/v1/tasks/{task_id}/cancel", {})[1])
+
+    def resolve_task(self, task_id: str, state: str, note: str | None = None) -> Task:
+        body = {"state": state, **({"note": note} if note else {})}
+        return Task.from_json(self.request("POST", f"/v1/tasks/{task_id}/resolve", body)[1])
+
+    # Queues ---------------------------------------------------------------------------------
+    def create_queue(self, name: str, **settings: Any) -> Queue:
+        return Queue.from_json(self.request("POST", "/v1/queues", {"name": name, **settings})[1])
+
+    def list_queues(self) -> list[Queue]:
+        return [Queue.from_json(q) for q in self.request("GET", "/v1/queues", safe=True)[1]]
+
+    def get_queue(self, queue_id: str) -> Queue:
+        return Queue.from_json(self.request("GET", f"/v1/queues/{queue_id}", safe=True)[1])
+
+    def pause_queue(self, queue_id: str) -> Queue:
+        return Queue.from_json(self.request("POST", f"/v1/queues/{queue_id}/pause", {})[1])
+
+    def resume_queue(self, queue_id: str) -> Queue:
+        return Queue.from_json(self.request("POST", f"/v1/queues/{queue_id}/resume", {})[1])

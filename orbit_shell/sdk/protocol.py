@@ -1,0 +1,106 @@
+"""What a handler receives and raises, and the W5 checks every assignment passes first.
+
+:class:`TaskEvent` is a handler's argument; :class:`Retry` and :class:`UnknownOutcome` are
+what it raises to say how its attempt ended; :class:`ProtocolGuard` turns a ``task.assign``
+message into a TaskEvent, refusing one that breaks the keyed-concurrency protocol.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from orbit_shell.sdk.models import ProtocolError, parse_token
+
+
+class Retry(Exception):
+    """Raise from a handler: the attempt failed and may be retried (with backoff)."""
+
+
+class UnknownOutcome(Exception):
+    """Raise from a handler when the effect is unknown: the task goes to NEEDS_REVIEW."""
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    task_id: str
+    queue_id: str
+    handler: str
+    handler_version: str
+    payload_version: str
+    payload: Any
+    priority: int
+    concurrency_key: str | None
+    business_key: str | None
+    max_attempts: int | None
+    deadline_at: str | None
+
+
+@dataclass
+class TaskEvent:
+    """What a handler receives. ``concurrency_token`` is an int for keyed tasks, else None."""
+
+    attempt_id: str
+    attempt_number: int
+    task: TaskInfo
+    concurrency_token: int | None
+    lease_expires_at: str
+    lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def payload(self) -> Any:
+        return self.task.payload
+
+
+class ProtocolGuard:
+    """W5: refuse assignments that break the keyed-concurrency protocol.
+
+    Refused: a keyed task without a token, a token without a key, a keyed task on a session
+    that did not declare support, and a re-dispatch that changes an attempt's key or token.
+    """
+
+    def __init__(self, concurrency_keys: bool, remember: int = 10_000) -> None:
+        self.concurrency_keys = concurrency_keys
+        self.seen: collections.OrderedDict[str, tuple[str | None, int | None]] = (
+            collections.OrderedDict()
+        )
+        self.remember = remember
+
+    def check(self, wire: dict[str, Any]) -> TaskEvent:
+        if wire.get("type") != "task.assign":
+            raise ProtocolError(f"unexpected message type {wire.get('type')!r}")
+        task = wire["task"]
+        key = task.get("concurrency_key") or None
+        raw_token = wire.get("concurrency_token")
+        if key is not None and raw_token is None:
+            raise ProtocolError(f"keyed task {task['task_id']} arrived without a token")
+        if key is None and raw_token is not None:
+            raise ProtocolError(f"task {task['task_id']} has a token but no key")
+        if key is not None and not self.concurrency_keys:
+            raise ProtocolError(
+                f"keyed task {task['task_id']} sent to a session without concurrency_keys"
+            )
+        token = None if raw_token is None else parse_token(raw_token)
+        attempt_id = wire["attempt_id"]
+        if attempt_id in self.seen and self.seen[attempt_id] != (key, token):
+            raise ProtocolError(f"re-dispatch of attempt {attempt_id} changed its key or token")
+        self.seen[attempt_id] = (key, token)
+        self.seen.move_to_end(attempt_id)
+        while len(self.seen) > self.remember:
+            self.seen.popitem(last=False)
+        info = TaskInfo(
+            task_id=task["task_id"],
+            queue_id=task["queue_id"],
+            handler=task["handler"],
+            handler_version=task["handler_version"],
+            payload_version=task["payload_version"],
+            payload=task.get("payload"),
+            priority=task.get("priority", 5),
+            concurrency_key=key,
+            business_key=task.get("business_key"),
+            max_attempts=task.get("max_attempts"),
+            deadline_at=task.get("deadline_at"),
+        )
+        return TaskEvent(attempt_id, wire["attempt_number"], info, token, wire["lease_expires_at"])

@@ -1,0 +1,320 @@
+"""Worker transports (W9): the same worker protocol over HTTP or directly over MySQL.
+
+Both return the wire shapes of SPEC 5 (``task.assign`` dicts with the token as a decimal
+string), so the worker and its protocol checks (W5) are the same whichever transport runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from orbit_shell import errors, validation
+from orbit_shell.engine import batches, longpoll, serialize
+from orbit_shell.engine.db import Database
+from orbit_shell.engine.schema import SchemaMismatch
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.models import ApiError, api_error, batch_results
+
+# The worker procedures' signatures and answers this SDK calls (worker_namespace answers the
+# database's number). Raised with any change a direct worker of the previous number would break
+# on: without the check such a worker ran until its first start, which failed as INTERNAL.
+WORKER_PROTOCOL = 1
+
+
+@dataclass(frozen=True)
+class Hello:
+    session_id: str
+    lease_seconds: int
+    in_flight: list[dict[str, Any]]
+
+
+class Transport(Protocol):
+    def hello(
+        self, worker_id: str, queue_ids: list[str], capacity: int, concurrency_keys: bool
+    ) -> Hello: ...
+    def claim(self, session_id: str, max: int, wait_ms: int) -> list[dict[str, Any]]: ...
+    def start(self, session_id: str, attempt_id: str) -> dict[str, Any]: ...
+    def renew(self, session_id: str, attempt_id: str) -> str: ...
+    def result(
+        self,
+        session_id: str,
+        attempt_id: str,
+        outcome: str,
+        retryable: bool,
+        result: Any,
+        error: Any,
+    ) -> dict[str, Any]: ...
+    def goodbye(self, session_id: str) -> None: ...
+
+    # Batches: one item per attempt, in order, each its data or the typed ApiError it got.
+    # A start answers {attempt_id, state} (the batch route's brief answer): the worker only
+    # runs what started.
+    def start_many(self, session_id: str, attempt_ids: list[str]) -> list[Any]: ...
+    def result_many(self, session_id: str, results: list[dict[str, Any]]) -> list[Any]: ...
+
+    # result_many's answers, then the task.assign messages of a claim of up to ``max`` made in
+    # the same transaction (no long poll).
+    def report_and_claim(
+        self, session_id: str, results: list[dict[str, Any]], max: int
+    ) -> tuple[list[Any], list[dict[str, Any]]]: ...
+
+
+class HttpTransport:
+    """The default: the W7 routes with a bearer token."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
+        data = self.client.request(
+            "POST",
+            "/v1/workers/hello",
+            {
+                "worker_id": worker_id,
+                "queue_ids": queue_ids,
+                "capacity": capacity,
+                "concurrency_keys": concurrency_keys,
+            },
+            safe=True,
+        )[1]
+        return Hello(data["session_id"], data["lease_seconds"], data["in_flight"])
+
+    def claim(self, session_id, max, wait_ms):
+        data = self.client.request(
+            "POST",
+            f"/v1/workers/{session_id}/claim",
+            {"max": max, "wait_ms": wait_ms},
+            timeout=self.client.timeout + wait_ms / 1000.0,
+        )[1]
+        return data["assignments"]
+
+    def start(self, session_id, attempt_id):
+        return self.client.request(
+            "POST", f"/v1/attempts/{attempt_id}/start", {"session_id": session_id}
+        )[1]
+
+    def renew(self, session_id, attempt_id):
+        return self.client.request(
+            "POST", f"/v1/attempts/{attempt_id}/renew", {"session_id": session_id}
+        )[1]["lease_expires_at"]
+
+    def result(self, session_id, attempt_id, outcome, retryable, result, error):
+        return self.client.request(
+            "POST",
+            f"/v1/attempts/{attempt_id}/result",
+            {
+                "session_id": session_id,
+                "outcome": outcome,
+                "retryable": retryable,
+                "result": result,
+                "error": error,
+            },
+            safe=True,
+        )[1]
+
+    def goodbye(self, session_id):
+        self.client.request("POST", f"/v1/workers/{session_id}/goodbye", {})
+
+    def start_many(self, session_id, attempt_ids):
+        body = {"session_id": session_id, "attempt_ids": attempt_ids, "brief": True}
+        return batch_results(self.client.request("POST", "/v1/attempts/start", body)[1])
+
+    def result_many(self, session_id, results):
+        return batch_results(
+            self.client.request(
+                "POST",
+                "/v1/attempts/result",
+                {"session_id": session_id, "results": results},
+                safe=True,
+            )[1]
+        )
+
+    def report_and_claim(self, session_id, results, max):
+        data = self.client.request(
+            "POST",
+            f"/v1/workers/{session_id}/report-and-claim",
+            {"results": results, "max": max},
+        )[1]
+        return batch_results(data), data["assignments"]
+
+
+class MysqlTransport:
+    """Trusted workers inside the database's network: the same procedures, called directly.
+
+    Args:
+        dsn: a MySQL URL, typically of the account made by ``orbit-admin worker-account``.
+        application, environment, namespace: the names the worker serves.
+
+    Raises:
+        SchemaMismatch: the database's worker procedures are of another WORKER_PROTOCOL
+            (older: run ``orbit-migrate up``; newer: upgrade the worker).
+    """
+
+    def __init__(
+        self, dsn: str, application: str, environment: str, namespace: str, sleep=time.sleep
+    ) -> None:
+        self.db = Database(dsn, pool_size=4)
+        self.sleep = sleep
+        [[row]] = self._call("worker_namespace", application, environment, namespace)
+        try:
+            _check_protocol(row.get("worker_protocol"))
+        except SchemaMismatch:
+            self.db.close()  # the pooled connection, which nothing will use
+            raise
+        self.namespace_id = row["namespace_id"]
+        self.application_id = row["application_id"]
+
+    def _call(self, procedure: str, *args: Any):
+        try:
+            return self.db.call(procedure, *args)
+        except errors.OrbitError as exc:
+            raise _sdk_error(exc) from exc
+
+    @staticmethod
+    def _check(shape: validation.Shape, body: dict[str, Any]) -> dict[str, Any]:
+        """The body checks of the matching HTTP route (W9: same checks, same errors)."""
+        try:
+            return shape.parse(body)
+        except errors.OrbitError as exc:
+            raise _sdk_error(exc) from exc
+
+    def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
+        self._check(
+            validation.WORKER_HELLO,
+            {
+                "worker_id": worker_id,
+                "queue_ids": list(queue_ids),
+                "capacity": capacity,
+                "concurrency_keys": concurrency_keys,
+            },
+        )
+        queues = sorted(set(queue_ids))
+        session, in_flight = self._call(
+            "worker_hello",
+            self.namespace_id,
+            self.application_id,
+            worker_id,
+            capacity,
+            int(concurrency_keys),
+            json.dumps(queues),
+            validation.fingerprint({"queues": queues, "capacity": capacity}),
+        )
+        row = session[0]
+        return Hello(row["session_id"], row["lease_seconds"], serialize.assignments(in_flight))
+
+    def claim(self, session_id, max, wait_ms):
+        self._check(validation.WORKER_CLAIM, {"max": max, "wait_ms": wait_ms})
+        rows = longpoll.poll(
+            lambda: self._call("worker_claim", self.namespace_id, session_id, max)[0],
+            wait_ms,
+            self.sleep,
+            ready=lambda: bool(
+                self._call("session_ready", self.namespace_id, session_id)[0][0]["ready"]
+            ),
+        )
+        return serialize.assignments(rows)
+
+    def start(self, session_id, attempt_id):
+        self._check(validation.ATTEMPT_SESSION, {"session_id": session_id})
+        [[row]] = self._call("attempt_start", self.namespace_id, session_id, attempt_id)
+        return serialize.attempt(row)
+
+    def renew(self, session_id, attempt_id):
+        self._check(validation.ATTEMPT_SESSION, {"session_id": session_id})
+        [[row]] = self._call("attempt_renew", self.namespace_id, session_id, attempt_id)
+        return serialize.iso(row["lease_expires_at"])
+
+    def result(self, session_id, attempt_id, outcome, retryable, result, error):
+        body = self._check(
+            validation.ATTEMPT_RESULT,
+            {
+                "session_id": session_id,
+                "outcome": outcome,
+                "retryable": retryable,
+                "result": result,
+                "error": error,
+            },
+        )
+        [[row]] = self._call(
+            "attempt_result",
+            self.namespace_id,
+            session_id,
+            attempt_id,
+            body["outcome"],
+            int(body["retryable"]),
+            None if body["result"] is None else validation.canonical_json(body["result"]),
+            None if body["error"] is None else validation.canonical_json(body["error"]),
+        )
+        return {
+            "attempt_id": row["attempt_id"],
+            "task_id": row["task_id"],
+            "duplicate": bool(row["duplicate"]),
+        }
+
+    def goodbye(self, session_id):
+        self._call("worker_goodbye", self.namespace_id, session_id)
+
+    def start_many(self, session_id, attempt_ids):
+        body = self._check(
+            validation.ATTEMPT_START_BATCH,
+            {"session_id": session_id, "attempt_ids": attempt_ids, "brief": True},
+        )
+        return self._batch(
+            lambda db, ns, sid, ids: batches.start_many(db, ns, sid, ids, brief=True),
+            session_id,
+            body["attempt_ids"],
+        )
+
+    def result_many(self, session_id, results):
+        body = self._check(
+            validation.ATTEMPT_RESULT_BATCH, {"session_id": session_id, "results": results}
+        )
+        return self._batch(batches.result_many, session_id, body["results"])
+
+    def report_and_claim(self, session_id, results, max):
+        body = self._check(validation.WORKER_REPORT_CLAIM, {"results": results, "max": max})
+        granted: list[dict[str, Any]] = []
+
+        def call(db, namespace_id, session_id, items):
+            answers, rows = batches.report_claim(db, namespace_id, session_id, items, max)
+            granted.extend(serialize.assignments(rows))
+            return answers
+
+        return self._batch(call, session_id, body["results"]), granted
+
+    def _batch(self, fn, session_id, items):
+        try:
+            answers = fn(self.db, self.namespace_id, session_id, items)
+        except errors.OrbitError as exc:
+            raise _sdk_error(exc) from exc
+        return [_sdk_error(a) if isinstance(a, errors.OrbitError) else a for a in answers]
+
+
+def _check_protocol(found: int | None) -> None:
+    """Refuse a database whose worker procedures are not the ones this SDK calls, before the
+    first call that would fail on them (the HTTP server refuses such a database itself, K11).
+
+    Raises:
+        SchemaMismatch: saying which side is older; ``None`` is a database from before the
+            number existed.
+    """
+    if found == WORKER_PROTOCOL:
+        return
+    if found is None or found < WORKER_PROTOCOL:
+        raise SchemaMismatch(
+            f"the database's worker procedures are older than this worker (protocol "
+            f"{found or 0}, this worker speaks {WORKER_PROTOCOL}); run `orbit-migrate up` with "
+            "this version of Orbit"
+        )
+    raise SchemaMismatch(
+        f"the database's worker procedures are newer than this worker (protocol {found}, this "
+        f"worker speaks {WORKER_PROTOCOL}); upgrade the worker's Orbit"
+    )
+
+
+def _sdk_error(exc: errors.OrbitError) -> ApiError:
+    """The same typed error the HTTP transport raises for this code."""
+    return api_error(exc.code, exc.status, exc.message, exc.details)

@@ -1,0 +1,513 @@
+"""The polling worker SDK (W4, W5).
+
+A :class:`Worker` says hello once, claims with a bounded long poll, confirms **start** before a
+handler runs, renews leases in the background, reports results and drains on shutdown. What
+one claim returned is started in one request, and outcomes are reported in batches (what
+finishes within ``report_linger`` of the first, sent at once when nothing else is in flight),
+each attempt keeping its own answer. With ``prefetch`` the worker holds up to that many
+claimed attempts beyond its running handlers, not started, so a freed handler starts the next
+one without waiting for a report and a claim. When every slot is held, a report also claims the
+slots it frees, in the same transaction (``claim_with_report``), so a round of a busy worker
+without prefetch is two requests; a report that releases keys claims one task per key even
+with slots free (the key's next task is promoted in that transaction)::
+
+    worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
+
+    @worker.handler("object.update", "v1")
+    def update(event):
+        store.write(event.task.concurrency_key, event.concurrency_token, ...)
+
+    worker.run(install_signals=True)   # SIGTERM/SIGINT: stop claiming, finish, goodbye
+
+Handlers return a JSON value (``succeeded``), raise :class:`Retry` (``failed``, retryable),
+raise :class:`UnknownOutcome` (``unknown`` -> NEEDS_REVIEW), or raise anything else
+(``failed``, not retryable).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import queue
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from orbit_shell import validation
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.models import (
+    ApiError,
+    LeaseLostError,
+    ProtocolError,
+    UnavailableError,
+)
+from orbit_shell.sdk.protocol import ProtocolGuard, Retry, TaskEvent, UnknownOutcome
+from orbit_shell.sdk.transport import HttpTransport, Transport
+from orbit_shell.validation import BATCH_MAX
+
+log = logging.getLogger("orbit.worker")
+
+SESSION_CAPACITY_MAX = 1000  # what POST /v1/workers/hello accepts
+
+
+Handler = Callable[[TaskEvent], Any]
+
+
+class Worker:
+    """A polling worker process (or thread).
+
+    Args:
+        queue_ids: queues to claim from.
+        url, token: the Orbit server and a credential with workers:connect/consume (HTTP).
+        transport: another transport instead (e.g.
+            :class:`~orbit_shell.sdk.transport.MysqlTransport`).
+        capacity: handlers running at once.
+        prefetch: attempts the worker may hold claimed beyond ``capacity`` (leased, renewed,
+            not started until a handler is free; the session's capacity is their sum).
+            Without it a handler slot frees only once its result is recorded and a new claim
+            returned, so short handlers run in lockstep with the three requests of a round.
+        worker_id: stable identity; a fresh one per process by default.
+        concurrency_keys: declare support for keyed tasks (default True, W4).
+        wait_ms: long-poll wait of a claim.
+        drain_timeout: seconds in-flight work may take to finish when draining.
+        report_linger: seconds a finished outcome waits for others to share its report (the
+            handlers of one claim tend to finish together; one request beats several). A
+            report goes at once when it holds everything in flight: nothing else could join.
+        claim_with_report: when every slot is held, a report claims the slots it frees in
+            the same request and transaction (``POST /v1/workers/{id}/report-and-claim``),
+            one request and one commit fewer per round; with slots free, one per key the
+            report releases (it takes the key's next task at once, where the long poll would
+            find it only at its next probe).
+    """
+
+    def __init__(
+        self,
+        queue_ids: list[str],
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        transport: Transport | None = None,
+        capacity: int = 4,
+        prefetch: int = 0,
+        worker_id: str | None = None,
+        concurrency_keys: bool = True,
+        wait_ms: int = 2000,
+        drain_timeout: float = 30.0,
+        max_idle_backoff: float = 5.0,
+        report_linger: float = 0.005,
+        claim_with_report: bool = True,
+    ) -> None:
+        if transport is None:
+            if not (url and token):
+                raise ValueError("give url and token, or a transport")
+            transport = HttpTransport(Client(url, token))
+        if capacity < 1 or prefetch < 0 or capacity + prefetch > SESSION_CAPACITY_MAX:
+            raise ValueError(
+                "capacity must be at least 1, prefetch at least 0, and their sum (the "
+                f"session's capacity) at most {SESSION_CAPACITY_MAX}"
+            )
+        self.transport = transport
+        self.queue_ids = list(queue_ids)
+        self.capacity = capacity
+        self.prefetch = prefetch
+        self.worker_id = worker_id or (
+            f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+        )
+        self.concurrency_keys = concurrency_keys
+        self.wait_ms = wait_ms
+        self.drain_timeout = drain_timeout
+        self.max_idle_backoff = max_idle_backoff
+        self.report_linger = report_linger
+        self.claim_with_report = claim_with_report
+        self.handlers: dict[tuple[str, str], Handler] = {}
+        self.guard = ProtocolGuard(concurrency_keys)
+        self.session_id: str | None = None
+        self.lease_seconds = 30
+        # Every attempt held, until its result is recorded: waiting (leased, not started),
+        # running, or finished and awaiting its report. The session's capacity bounds it.
+        self.inflight: dict[str, TaskEvent] = {}
+        self._waiting: collections.deque[TaskEvent] = collections.deque()
+        self._running = 0  # attempts started whose handler has not returned
+        self._closing = threading.Event()  # the drain is over: start nothing more
+        self._start_lock = threading.Lock()  # held while a batch is being started
+        self.drained = False
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._slots = threading.Condition()
+        self._reports: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    # Registration ---------------------------------------------------------------------------
+    def register(self, name: str, version: str, fn: Handler) -> None:
+        self.handlers[(name, version)] = fn
+
+    def handler(self, name: str, version: str = "v1") -> Callable[[Handler], Handler]:
+        def decorate(fn: Handler) -> Handler:
+            self.register(name, version, fn)
+            return fn
+
+        return decorate
+
+    # Lifecycle ------------------------------------------------------------------------------
+    def start(self) -> Worker:
+        """Run in a background thread; returns at once."""
+        self._thread = threading.Thread(
+            target=self.run, name=f"orbit-{self.worker_id}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the worker to drain: stop claiming, let in-flight work finish, say goodbye."""
+        self._stopping.set()
+        with self._slots:
+            self._slots.notify_all()
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Stop and wait for the drain; True when every in-flight attempt finished."""
+        self.stop()
+        self._done.wait(timeout if timeout is not None else self.drain_timeout + 10)
+        return self.drained
+
+    def run(self, install_signals: bool = False) -> None:
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="orbit-handler")
+        reporter = threading.Thread(target=self._report_loop, name="orbit-report", daemon=True)
+        reporter.start()
+        starter = threading.Thread(
+            target=self._start_loop, args=(pool,), name="orbit-start", daemon=True
+        )
+        starter.start()
+        try:
+            if self._hello(pool):
+                renewer = threading.Thread(target=self._renew_loop, daemon=True)
+                renewer.start()
+                self._claim_loop(pool)
+            self._finish(pool)
+        finally:
+            self._closing.set()
+            self._reports.put(None)
+            self._done.set()
+
+    # Internals ------------------------------------------------------------------------------
+    def _hello(self, pool: ThreadPoolExecutor) -> bool:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            try:
+                hello = self.transport.hello(
+                    self.worker_id,
+                    self.queue_ids,
+                    self.capacity + self.prefetch,
+                    self.concurrency_keys,
+                )
+            except UnavailableError as exc:
+                log.warning("hello failed: %s", exc, extra={"action": "worker.hello"})
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self.max_idle_backoff)
+                continue
+            self.session_id, self.lease_seconds = hello.session_id, hello.lease_seconds
+            log.info(
+                "session open",
+                extra={
+                    "action": "worker.hello",
+                    "session_id": self.session_id,
+                    "in_flight": len(hello.in_flight),
+                },
+            )
+            self._dispatch(hello.in_flight)
+            return True
+        return False
+
+    def _claim_loop(self, pool: ThreadPoolExecutor) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            with self._slots:
+                free = self.capacity + self.prefetch - len(self.inflight)
+                if free <= 0:
+                    self._slots.wait(0.5)
+                    continue
+            try:
+                assignments = self.transport.claim(
+                    self.session_id, min(free, BATCH_MAX), self.wait_ms
+                )
+                backoff = 0.1
+            except ApiError as exc:
+                log.warning("claim failed: %s", exc, extra={"action": "worker.claim"})
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self.max_idle_backoff)
+                continue
+            self._dispatch(assignments)
+
+    def _dispatch(self, wires: list[dict[str, Any]], released: Sequence[TaskEvent] = ()) -> None:
+        """Check the assignments (W5) and queue them for the starter. ``released`` (reported
+        events) leave the slots in the same step, so the claim loop never sees the slots a
+        report-and-claim refilled as free."""
+        events = []
+        for wire in wires:
+            if wire["attempt_id"] in self.inflight:
+                continue
+            try:
+                events.append(self.guard.check(wire))
+            except ProtocolError as exc:
+                # Never run it: its lease will expire and the server recovers the attempt.
+                log.error(
+                    "refused assignment: %s",
+                    exc,
+                    extra={"action": "worker.protocol", "attempt_id": wire.get("attempt_id")},
+                )
+        if not (events or released):
+            return
+        with self._slots:
+            for event in released:
+                self.inflight.pop(event.attempt_id, None)
+            for event in events:
+                self.inflight[event.attempt_id] = event
+            self._waiting.extend(events)
+            self._slots.notify_all()
+
+    def _start_loop(self, pool: ThreadPoolExecutor) -> None:
+        """Start waiting attempts as handlers free up, several in one request. When more wait
+        than handlers are free, the freed slots gather for up to ``report_linger`` (handlers
+        of one claim tend to finish together); without prefetch everything waiting fits."""
+        while not self._closing.is_set():
+            with self._slots:
+                if not (self._waiting and self._running < self.capacity):
+                    self._slots.wait(0.5)
+                    continue
+                linger = time.monotonic() + self.report_linger
+                while (
+                    0 < self._running
+                    and self.capacity - self._running < len(self._waiting)
+                    and time.monotonic() < linger
+                ):
+                    self._slots.wait(max(0.0, linger - time.monotonic()))
+            with self._start_lock:
+                if self._closing.is_set():
+                    return  # never started: each lease expires and the server recovers it
+                with self._slots:
+                    n = min(len(self._waiting), self.capacity - self._running, BATCH_MAX)
+                    batch = [self._waiting.popleft() for _ in range(n)]
+                    self._running += len(batch)
+                if batch:
+                    self._start(batch, pool)
+
+    def _start(self, events: list[TaskEvent], pool: ThreadPoolExecutor) -> None:
+        """Start the attempts in one request and run the ones that started. Nothing here may
+        end the starter thread: an attempt that cannot be run is left to its lease."""
+        try:
+            started = self.transport.start_many(self.session_id, [e.attempt_id for e in events])
+        except Exception as exc:  # noqa: BLE001 - an ApiError, or a transport fault
+            # Not started, so nothing ran: each lease expires and the server recovers it.
+            log.warning("start failed: %s", exc, extra={"action": "worker.start"})
+            started = [exc] * len(events)
+        for event, outcome in zip(events, started, strict=True):
+            if isinstance(outcome, Exception):
+                log.warning(
+                    "start refused: %s",
+                    outcome,
+                    extra={"action": "worker.start", "attempt_id": event.attempt_id},
+                )
+                self._handler_done()
+                self._release_slot(event)
+                continue
+            try:
+                pool.submit(self._execute, event)
+            except RuntimeError:  # the pool is shut down: the drain is over
+                log.warning(
+                    "started but not run: worker closing",
+                    extra={"action": "worker.start", "attempt_id": event.attempt_id},
+                )
+                self._handler_done()
+                self._release_slot(event)
+
+    def _started_unreported(self) -> int:
+        with self._slots:
+            return len(self.inflight) - len(self._waiting)
+
+    def _handler_done(self) -> None:
+        with self._slots:
+            self._running -= 1
+            self._slots.notify_all()
+
+    def _execute(self, event: TaskEvent) -> None:
+        try:
+            outcome, retryable, result, error = self._call_handler(event)
+        except BaseException:
+            self._handler_done()
+            self._release_slot(event)
+            raise
+        self._reports.put((event, outcome, retryable, result, error))
+        self._handler_done()
+
+    def _release_slot(self, event: TaskEvent) -> None:
+        with self._slots:
+            self.inflight.pop(event.attempt_id, None)
+            self._slots.notify_all()
+
+    def _call_handler(self, event: TaskEvent) -> tuple[str, bool, Any, Any]:
+        fn = self.handlers.get((event.task.handler, event.task.handler_version))
+        if fn is None:
+            return (
+                "failed",
+                False,
+                None,
+                {
+                    "type": "NoHandler",
+                    "message": f"no handler for {event.task.handler} {event.task.handler_version}",
+                },
+            )
+        try:
+            result = fn(event)
+            # What the server would refuse must not go in a report: it would refuse the whole
+            # batch, and every other outcome in it with this one (L2).
+            if validation.nests_deeper(json.dumps(result).encode(), validation.MAX_RESULT_DEPTH):
+                raise ValueError(f"result nests deeper than {validation.MAX_RESULT_DEPTH} levels")
+            return "succeeded", False, result, None
+        except Retry as exc:
+            return "failed", True, None, {"type": "Retry", "message": str(exc)}
+        except UnknownOutcome as exc:
+            return "unknown", False, None, {"type": "UnknownOutcome", "message": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a handler's failure is the task's result
+            log.exception(
+                "handler failed", extra={"action": "worker.handler", "attempt_id": event.attempt_id}
+            )
+            return "failed", False, None, {"type": type(exc).__name__, "message": str(exc)}
+
+    def _report_loop(self) -> None:
+        """Send the handlers' outcomes in order: each report carries what finished within
+        ``report_linger`` of the first one (up to 100), or goes as soon as it holds every
+        attempt in flight (a slot is freed only after its report, so those are all there is)."""
+        while True:
+            first = self._reports.get()
+            if first is None:
+                return
+            batch = [first]
+            linger = time.monotonic() + self.report_linger
+            while len(batch) < BATCH_MAX and len(batch) < self._started_unreported():
+                try:
+                    item = self._reports.get(timeout=max(0.0, linger - time.monotonic()))
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._reports.put(None)  # finish this batch, then stop
+                    break
+                batch.append(item)
+            self._report(batch)
+
+    def _report(self, batch: list[tuple]) -> None:
+        payload = [
+            {
+                "attempt_id": event.attempt_id,
+                "outcome": outcome,
+                "retryable": retryable,
+                "result": result,
+                "error": error,
+            }
+            for event, outcome, retryable, result, error in batch
+        ]
+        events = [event for event, *_ in batch]
+        answers: list[Any] = [None] * len(batch)
+        wires: list[dict[str, Any]] = []
+        want = self._claim_with(events)
+        backoff = 0.1
+        for _ in range(8):  # an identical result is idempotent, so resending the batch is safe
+            try:
+                if want:
+                    answers, wires = self.transport.report_and_claim(self.session_id, payload, want)
+                else:
+                    answers = self.transport.result_many(self.session_id, payload)
+                break
+            except UnavailableError as exc:
+                # Resent as results alone: a second claim is not idempotent. What a lost answer
+                # granted, if it committed, is never started and comes back when its lease ends.
+                want = 0
+                log.warning("results failed, retrying: %s", exc, extra={"action": "worker.result"})
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            except ApiError as exc:
+                log.error("results refused: %s", exc, extra={"action": "worker.result"})
+                answers = [exc] * len(batch)
+                break
+        for (event, outcome, *_), answer in zip(batch, answers, strict=True):
+            ids = {
+                "attempt_id": event.attempt_id,
+                "task_id": event.task.task_id,
+                "concurrency_token": event.concurrency_token,
+            }
+            if answer is None:
+                log.error("result not delivered", extra={"action": "worker.result", **ids})
+            elif isinstance(answer, LeaseLostError):
+                log.warning("result refused: %s", answer, extra={"action": "worker.result", **ids})
+            elif isinstance(answer, ApiError):
+                log.error("result refused: %s", answer, extra={"action": "worker.result", **ids})
+            else:
+                log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
+        self._dispatch(wires, released=events)
+
+    def _claim_with(self, reported: Sequence[TaskEvent]) -> int:
+        """How many a report of ``reported`` should claim in the same request (0: report
+        alone): the slots it frees when every slot is held; else one per key it releases.
+
+        With a slot already free the claim loop is claiming or long-polling on its own, and a
+        report that claimed too would split the work that arrives into more, smaller claims,
+        each holding the application row that submissions wait for (bench/README.md, session
+        11: 0.87x on the e2e run of single submissions). A released key is the exception: its
+        result promotes the key's next parked task (K6), which a claim in the same transaction
+        takes at once, where the long poll would see it only at its next probe, 20-50 ms
+        later; a hot key's tasks run one after another, so that wait was most of each one's
+        turn (bench/README.md)."""
+        if not self.claim_with_report or self._stopping.is_set():
+            return 0
+        with self._slots:
+            held = len(self.inflight)
+        room = self.capacity + self.prefetch
+        freed = room - (held - len(reported))
+        if held < room:
+            freed = min(freed, sum(1 for e in reported if e.task.concurrency_key is not None))
+        return min(freed, BATCH_MAX)
+
+    def _renew_loop(self) -> None:
+        interval = max(0.2, self.lease_seconds / 3)
+        while not self._done.wait(interval):
+            with self._slots:
+                events = list(self.inflight.values())
+            for event in events:
+                try:
+                    event.lease_expires_at = self.transport.renew(self.session_id, event.attempt_id)
+                except LeaseLostError:
+                    event.lease_lost.set()
+                    log.warning(
+                        "lease lost",
+                        extra={"action": "worker.renew", "attempt_id": event.attempt_id},
+                    )
+                except ApiError as exc:
+                    log.debug("renew failed: %s", exc, extra={"action": "worker.renew"})
+
+    def _finish(self, pool: ThreadPoolExecutor) -> None:
+        deadline = time.monotonic() + self.drain_timeout
+        with self._slots:
+            while self.inflight and time.monotonic() < deadline:
+                self._slots.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            self.drained = not self.inflight
+        self._closing.set()
+        with self._start_lock:
+            pass  # a batch being started is handed to the pool before the pool shuts down
+        if self.session_id:
+            try:
+                self.transport.goodbye(self.session_id)
+            except ApiError as exc:
+                log.warning("goodbye failed: %s", exc, extra={"action": "worker.goodbye"})
+        pool.shutdown(wait=False, cancel_futures=True)
+        log.info(
+            "drained" if self.drained else "stopped with work in flight",
+            extra={"action": "worker.drain", "session_id": self.session_id},
+        )

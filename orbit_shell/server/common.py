@@ -1,0 +1,112 @@
+"""Helpers shared by the resource modules: body parsing, the success envelope, the scope."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import falcon
+
+from orbit_shell import errors
+from orbit_shell.server.scoped import Scope
+from orbit_shell.validation import Shape, check_json_depth
+
+# WSGI environ key under which the HTTP worker puts a context manager factory that ends a
+# body read taking too long with errors.RequestTimeout (api/gevent_worker.py).
+BODY_DEADLINE = "orbit.body_deadline"
+
+
+def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, Any]:
+    """Parse and validate a JSON body (413 over the limit, 415 not JSON, 400 bad JSON).
+
+    An empty body is treated as ``{}`` so that action routes can be called without one.
+    """
+    if req.content_length is not None and req.content_length > max_bytes:
+        raise errors.PayloadTooLarge()
+    # The server's worker bounds how long the body may take (RequestTimeout, 408); an app
+    # called in-process reads without a bound.
+    deadline = req.env.get(BODY_DEADLINE) or contextlib.nullcontext
+    with deadline():
+        raw = req.bounded_stream.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise errors.PayloadTooLarge()
+    if not raw.strip():
+        return shape.parse({})
+    media = (req.content_type or "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise errors.UnsupportedMediaType()
+    check_json_depth(raw)
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise errors.InvalidArgument("request body is not valid JSON") from None
+    return shape.parse(body)
+
+
+def ok(req: falcon.Request, resp: falcon.Response, data: Any, status: int = 200) -> None:
+    """Write the success envelope ``{"data": ..., "request_id": ...}``."""
+    resp.status = status
+    resp.media = {"data": data, "request_id": req.context.request_id}
+
+
+def ok_text(req: falcon.Request, resp: falcon.Response, data: str) -> None:
+    """``ok`` for a ``data`` already serialised to JSON text (answers made row by row)."""
+    resp.content_type = falcon.MEDIA_JSON
+    resp.text = f'{{"data": {data}, "request_id": {json.dumps(req.context.request_id)}}}'
+
+
+def scope(req: falcon.Request, needed: str) -> Scope:
+    """The caller's namespace scope, after checking it holds the ``needed`` scope."""
+    principal = req.context.principal
+    principal.require(needed)
+    return Scope(req.context.db, principal)
+
+
+def item(answer: Any, status: int = 200) -> dict[str, Any]:
+    """One answer of a batch: ``{"status", "data"}``, or ``{"status", "error"}`` for an
+    OrbitError."""
+    if isinstance(answer, errors.OrbitError):
+        return {
+            "status": answer.status,
+            "error": {"code": answer.code, "message": answer.message, "details": answer.details},
+        }
+    return {"status": status, "data": answer}
+
+
+def in_scope_batch(
+    items: list[Any],
+    prepare: Callable[[Any], Any],
+    run: Callable[[list[Any]], list[Any]],
+    run_empty: bool = False,
+) -> list[Any]:
+    """Answers of a batch in the request's order. ``prepare`` checks an item against the
+    credential's scope and returns what to send for it; an item it answers NOT_FOUND for is
+    never sent. The rest go to ``run`` in one call, made with none left only if
+    ``run_empty`` (a call that does more than the items)."""
+    answers: list[Any] = [None] * len(items)
+    chosen, prepared = [], []
+    for i, one in enumerate(items):
+        try:
+            prepared.append(prepare(one))
+            chosen.append(i)
+        except errors.NotFound as exc:
+            answers[i] = exc
+    if prepared or run_empty:
+        for i, answer in zip(chosen, run(prepared), strict=True):
+            answers[i] = answer
+    return answers
+
+
+def in_scope_results(
+    s: Scope, results: list[dict], run: Callable[[list[dict]], list[Any]], run_empty: bool = False
+) -> list[Any]:
+    """``in_scope_batch`` for a batch of results: each names an attempt that must be of the
+    credential's queues."""
+
+    def prepare(result: dict) -> dict:
+        s.check_attempt_queue(result["attempt_id"])
+        return result
+
+    return in_scope_batch(results, prepare, run, run_empty)

@@ -1,0 +1,144 @@
+"""Schedules: create, list, read, new version, pause, resume (K10).
+
+Changing needs ``queues:manage``; reading needs ``tasks:read``. The definition's task goes
+through the submission validator (K2 included) and its queue must be in the caller's scope.
+"""
+
+from __future__ import annotations
+
+import json
+
+import falcon
+
+from orbit_shell import errors, validation
+from orbit_shell.engine import serialize
+from orbit_shell.server import schedules
+from orbit_shell.server.common import ok, read_json, scope
+
+COLUMNS = (
+    "s.id, s.public_id, s.name, s.state, s.current_version, s.next_fire_at, s.created_at, "
+    "s.updated_at, v.rule_kind, v.cron, v.timezone, v.interval_seconds, v.definition, "
+    "v.effective_from"
+)
+# From the schedules to their current versions by key (see schedules.DUE): the other order
+# read every version ever written.
+FROM = (
+    "FROM schedules s STRAIGHT_JOIN schedule_versions v FORCE INDEX (PRIMARY) "
+    "ON v.schedule_id = s.id AND v.version = s.current_version"
+)
+
+
+def _view(row) -> dict:
+    return {
+        "schedule_id": row["public_id"],
+        "name": row["name"],
+        "state": row["state"],
+        "version": row["current_version"],
+        "rule": schedules.rule_of(row).as_json(),
+        "definition": json.loads(row["definition"]),
+        "next_fire_at": serialize.iso(row["next_fire_at"]),
+        "version_effective_from": serialize.iso(row["effective_from"]),
+        "created_at": serialize.iso(row["created_at"]),
+        "updated_at": serialize.iso(row["updated_at"]),
+    }
+
+
+def _queue_scope(s) -> set[str] | None:
+    """The public ids of the queues a queue-limited credential covers; None for all queues."""
+    if s.principal.all_queues:
+        return None
+    return {q["public_id"] for q in s.queues()}
+
+
+def _visible(s, rows: list[dict], allowed: set[str] | None) -> bool:
+    """Whether every row's current task goes to a queue the credential covers."""
+    return allowed is None or all(
+        json.loads(r["definition"])["task"]["queue_id"] in allowed for r in rows
+    )
+
+
+class Schedules:
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
+
+    def _row(self, s, schedule_id: str) -> dict:
+        """The schedule with its current version; NOT_FOUND outside the namespace or when its
+        task's queue is outside the credential's queue scope (SPEC 1, L4)."""
+        rows = s.db.query(
+            f"SELECT {COLUMNS} {FROM} WHERE s.public_id = %s AND s.namespace_id = %s",
+            (schedule_id, s.namespace_id),
+        )
+        if not rows or not _visible(s, rows, _queue_scope(s)):
+            raise errors.NotFound("schedule not found")
+        return rows[0]
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = scope(req, "queues:manage")
+        body = read_json(req, schedules.SCHEDULE_CREATE, self.max_body)
+        s.queue(body["definition"]["task"]["queue_id"])  # NOT_FOUND outside the queue scope
+        rule = body["rule"]
+        [[row]] = s.db.call(
+            "schedule_create",
+            s.namespace_id,
+            s.principal.application_id,
+            body["name"],
+            rule.kind,
+            rule.cron,
+            rule.timezone,
+            rule.interval_seconds,
+            validation.stored_json(body["definition"]),
+            rule.next_after(schedules.utcnow()),
+        )
+        ok(req, resp, _view(self._row(s, row["schedule_id"])), falcon.HTTP_201)
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = scope(req, "tasks:read")
+        rows = s.db.query(
+            f"SELECT {COLUMNS} {FROM} WHERE s.namespace_id = %s ORDER BY s.id", (s.namespace_id,)
+        )
+        allowed = _queue_scope(s)
+        ok(req, resp, [_view(r) for r in rows if _visible(s, [r], allowed)])
+
+    def on_get_item(self, req: falcon.Request, resp: falcon.Response, schedule_id: str) -> None:
+        s = scope(req, "tasks:read")
+        ok(req, resp, _view(self._row(s, schedule_id)))
+
+    def on_post_versions(self, req, resp, schedule_id: str) -> None:
+        s = scope(req, "queues:manage")
+        body = read_json(req, schedules.SCHEDULE_VERSION, self.max_body)
+        current = self._row(s, schedule_id)
+        rule = body.get("rule") or schedules.rule_of(current)
+        definition = body.get("definition") or json.loads(current["definition"])
+        s.queue(definition["task"]["queue_id"])
+        s.db.call(
+            "schedule_add_version",
+            s.namespace_id,
+            schedule_id,
+            rule.kind,
+            rule.cron,
+            rule.timezone,
+            rule.interval_seconds,
+            validation.stored_json(definition),
+            rule.next_after(schedules.utcnow()),
+        )
+        ok(req, resp, _view(self._row(s, schedule_id)), falcon.HTTP_201)
+
+    def on_post_pause(self, req, resp, schedule_id: str) -> None:
+        self._set_state(req, resp, schedule_id, "PAUSED")
+
+    def on_post_resume(self, req, resp, schedule_id: str) -> None:
+        self._set_state(req, resp, schedule_id, "ACTIVE")
+
+    def _set_state(self, req, resp, schedule_id: str, state: str) -> None:
+        s = scope(req, "queues:manage")
+        read_json(req, validation.EMPTY, self.max_body)
+        current = self._row(s, schedule_id)
+        # A resume continues from now: the paused period is not replayed.
+        s.db.call(
+            "schedule_set_state",
+            s.namespace_id,
+            schedule_id,
+            state,
+            schedules.rule_of(current).next_after(schedules.utcnow()),
+        )
+        ok(req, resp, _view(self._row(s, schedule_id)))

@@ -1,0 +1,83 @@
+"""Unauthenticated operational routes: /healthz, /readyz, /metrics, /v1/openapi.json."""
+
+from __future__ import annotations
+
+import hmac
+import os
+
+import falcon
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+
+from orbit_shell import errors
+from orbit_shell.engine import schema
+from orbit_shell.server.common import ok
+from orbit_shell.server.dbmetrics import PurgeCollector
+
+
+class Health:
+    auth_exempt = True
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        ok(req, resp, {"status": "ok"})
+
+
+class Ready:
+    """Ready when the database answers and its schema is the version this server ships."""
+
+    auth_exempt = True
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        try:
+            schema.check(self.dsn)
+        except schema.SchemaMismatch as exc:
+            raise errors.Unavailable(f"schema: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the database is "not ready"
+            raise errors.Unavailable("database unavailable") from exc
+        ok(req, resp, {"status": "ready"})
+
+
+class Metrics:
+    """Prometheus text for the whole server. Under ``orbit`` every gunicorn worker process
+    writes its samples to ``PROMETHEUS_MULTIPROC_DIR`` and a scrape adds up all of them,
+    whichever worker answers it; without that directory (an app made in-process), the app's
+    own registry. The database's purge gauges (``dbmetrics``) are read at each scrape.
+
+    With a ``token`` (``ORBIT_METRICS_TOKEN``) a scrape must send ``Authorization: Bearer
+    <token>`` (401 otherwise); without one the page is open to whoever reaches the server
+    (L5: who may read it is the operator's choice, and the default is said in the README)."""
+
+    auth_exempt = True
+
+    def __init__(self, registry, purge: PurgeCollector, token: str | None = None) -> None:
+        self.token = token
+        self.registry = registry
+        self.purge = purge
+        self.shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        if not self.shared:
+            registry.register(purge)
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if self.token is not None:
+            sent = (req.get_header("Authorization") or "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(sent.encode(), self.token.encode()):
+                raise errors.Unauthenticated("/metrics needs the metrics token")
+        registry = self.registry
+        if self.shared:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            registry.register(self.purge)
+        resp.content_type = CONTENT_TYPE_LATEST
+        resp.data = generate_latest(registry)
+
+
+class OpenApi:
+    auth_exempt = True
+
+    def __init__(self, document: dict) -> None:
+        self.document = document
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = self.document

@@ -1,0 +1,125 @@
+"""Worker sessions: hello, claim (bounded long poll), report-and-claim, goodbye (W1, W2, W7)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+
+import falcon
+
+from orbit_shell import validation
+from orbit_shell.engine import batches, longpoll, serialize
+from orbit_shell.engine.db import peer_closed
+from orbit_shell.server.common import in_scope_results, item, ok, ok_text, read_json, scope
+
+
+def peer_gone(sock: socket.socket | None) -> Callable[[], bool] | None:
+    """A check that the client at the other end of ``sock`` has gone; None where the server
+    gives no socket (an app called in-process)."""
+    return None if sock is None else lambda: peer_closed(sock)
+
+
+class Workers:
+    def __init__(
+        self, max_body: int, gate: longpoll.PollGate, sleep=None, clock=time.monotonic
+    ) -> None:
+        self.max_body = max_body
+        self.gate = gate
+        self.sleep = sleep or time.sleep  # looked up now: gevent may have patched it
+        self.clock = clock
+
+    def on_post_hello(self, req: falcon.Request, resp: falcon.Response) -> None:
+        s = scope(req, "workers:connect")
+        body = read_json(req, validation.WORKER_HELLO, self.max_body)
+        queue_ids = sorted({s.queue(q)["public_id"] for q in body["queue_ids"]})
+        registration = validation.fingerprint({"queues": queue_ids, "capacity": body["capacity"]})
+        session, in_flight = s.db.call(
+            "worker_hello",
+            s.namespace_id,
+            s.principal.application_id,
+            body["worker_id"],
+            body["capacity"],
+            int(body["concurrency_keys"]),
+            json.dumps(queue_ids),
+            registration,
+        )
+        row = session[0]
+        head = json.dumps(
+            {
+                "session_id": row["session_id"],
+                "lease_seconds": row["lease_seconds"],
+                "capacity": row["capacity"],
+                "concurrency_keys": bool(row["concurrency_keys"]),
+            }
+        )
+        ok_text(req, resp, f'{head[:-1]}, "in_flight": {serialize.assignments_json(in_flight)}}}')
+
+    def on_post_claim(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
+        s = scope(req, "workers:consume")
+        body = read_json(req, validation.WORKER_CLAIM, self.max_body)
+        s.check_session_queues(session_id)
+
+        def fetch() -> list:
+            return s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0]
+
+        if body["wait_ms"] == 0:
+            rows = fetch()
+        else:  # a long poll: bounded per process and credential, ended when the client goes
+            with self.gate.admit(s.principal.credential_id):
+                rows = longpoll.poll(
+                    fetch,
+                    body["wait_ms"],
+                    self.sleep,
+                    self.clock,
+                    lambda: bool(
+                        s.db.call("session_ready", s.namespace_id, session_id)[0][0]["ready"]
+                    ),
+                    peer_gone(req.env.get("gunicorn.socket")),
+                    self.gate.crowd_pause,
+                )
+        ok_text(req, resp, f'{{"assignments": {serialize.assignments_json(rows)}}}')
+
+    def on_post_report_claim(
+        self, req: falcon.Request, resp: falcon.Response, session_id: str
+    ) -> None:
+        """The results of a batch (each its own answer, as POST /v1/attempts/result), then a
+        claim of up to ``max`` without the long poll, in one transaction: a worker's round
+        between handlers finishing and new ones starting, one call instead of two."""
+        s = scope(req, "workers:consume")
+        body = read_json(req, validation.WORKER_REPORT_CLAIM, self.max_body)
+        s.check_session_queues(session_id)
+        granted: list = []
+
+        def run(chosen: list[dict]) -> list:
+            answers, rows = batches.report_claim(
+                s.db, s.namespace_id, session_id, chosen, body["max"]
+            )
+            granted.extend(rows)
+            return answers
+
+        answers = in_scope_results(s, body["results"], run, run_empty=True)
+        results = json.dumps([item(a) for a in answers], ensure_ascii=False)
+        ok_text(
+            req,
+            resp,
+            f'{{"results": {results}, "assignments": {serialize.assignments_json(granted)}}}',
+        )
+
+    def on_post_goodbye(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
+        s = scope(req, "workers:connect")
+        read_json(req, validation.EMPTY, self.max_body)
+        s.check_session_queues(session_id)
+        [[row]] = s.db.call("worker_goodbye", s.namespace_id, session_id)
+        ok(
+            req,
+            resp,
+            {
+                "session_id": row["session_id"],
+                "state": row["state"],
+                "in_flight": row["in_flight"],
+                "capacity": row["capacity"],
+                "concurrency_keys": bool(row["concurrency_keys"]),
+            },
+        )

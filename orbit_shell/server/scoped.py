@@ -1,0 +1,199 @@
+"""Namespace-scoped reads: the only way API code reads tenant data.
+
+A :class:`Scope` is built from the authenticated principal; every query it runs filters by the
+principal's namespace and queue scope, so a cross-namespace read cannot be forgotten by a
+resource handler. Anything outside the scope is ``NOT_FOUND``, never ``PERMISSION_DENIED``, so
+existence does not leak (SPEC 1).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from orbit_shell import errors
+from orbit_shell.engine.db import Database
+from orbit_shell.server.auth import Principal
+
+# task_submit's answer repeats these columns (POST /v1/tasks answers from it); keep both alike.
+TASK_COLUMNS = (
+    "t.id, t.public_id, q.public_id AS queue_public_id, t.queue_id, t.state, t.handler, "
+    "t.handler_version, t.payload_version, t.payload, t.business_key, t.concurrency_key, "
+    "t.priority, t.max_attempts, t.attempts_used, t.available_at, t.deadline_at, t.created_at, "
+    "t.updated_at, t.finished_at, t.result, t.error, t.schedule_version, t.fire_time, "
+    "s.public_id AS schedule_public_id"
+)
+TASK_JOINS = "JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"
+TASK_FROM = f"FROM tasks t {TASK_JOINS}"
+ATTEMPT_COLUMNS = (
+    "a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state, "
+    "a.concurrency_token, t.concurrency_key, a.lease_expires_at, a.created_at, a.started_at, "
+    "a.finished_at, a.outcome, a.retryable, a.result, a.error"
+)
+MAX_PAGE = 200
+# Task list filters and the index (namespace_id, column, id) of each.
+LIST_INDEXES = {
+    "queue_id": "ix_tasks_ns_queue",
+    "state": "ix_tasks_ns_state",
+    "business_key": "ix_tasks_ns_business",
+    "concurrency_key": "ix_tasks_ns_key",
+}
+
+
+# A page's cursor is the id of its last task: opaque to clients (only ever sent back), and
+# every string of this form is a cursor, so the OpenAPI document states exactly what a
+# cursor may be.
+CURSOR_PATTERN = r"^[0-9]{1,19}$"
+_CURSOR = re.compile(CURSOR_PATTERN)
+
+
+def encode_cursor(last_id: int) -> str:
+    return str(last_id)
+
+
+def decode_cursor(cursor: str) -> int:
+    if not _CURSOR.match(cursor) or int(cursor) >= 2**63:
+        raise errors.field_error("cursor", "is not a cursor returned by this API")
+    return int(cursor)
+
+
+class Scope:
+    """Reads confined to one principal's namespace and queue scope."""
+
+    def __init__(self, database: Database, principal: Principal) -> None:
+        self.db = database
+        self.principal = principal
+
+    @property
+    def namespace_id(self) -> int:
+        return self.principal.namespace_id
+
+    def covers_queue(self, queue_id: int) -> bool:
+        """Whether the credential's queue scope takes in this queue (what _queue_filter asks
+        of the rows it reads)."""
+        return self.principal.all_queues or queue_id in self.principal.queue_ids
+
+    def _queue_filter(self, column: str) -> tuple[str, list[Any]]:
+        if self.principal.all_queues:
+            return "", []
+        ids = sorted(self.principal.queue_ids) or [0]
+        return f" AND {column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
+
+    # Queues ---------------------------------------------------------------------------------
+    def queue(self, public_id: str) -> dict[str, Any]:
+        """The queue row, or NOT_FOUND when it is outside the namespace or queue scope."""
+        extra, args = self._queue_filter("id")
+        rows = self.db.query(
+            "SELECT * FROM queues WHERE public_id = %s AND namespace_id = %s" + extra,
+            [public_id, self.namespace_id, *args],
+        )
+        if not rows:
+            raise errors.NotFound("queue not found")
+        return rows[0]
+
+    def queues(self) -> list[dict[str, Any]]:
+        extra, args = self._queue_filter("id")
+        return self.db.query(
+            "SELECT * FROM queues WHERE namespace_id = %s" + extra + " ORDER BY id",
+            [self.namespace_id, *args],
+        )
+
+    # Tasks ----------------------------------------------------------------------------------
+    def task(self, public_id: str) -> dict[str, Any]:
+        extra, args = self._queue_filter("t.queue_id")
+        rows = self.db.query(
+            f"SELECT {TASK_COLUMNS} {TASK_FROM} WHERE t.public_id = %s AND t.namespace_id = %s"
+            + extra,
+            [public_id, self.namespace_id, *args],
+        )
+        if not rows:
+            raise errors.NotFound("task not found")
+        return rows[0]
+
+    def tasks(self, filters: dict[str, Any], after: int, limit: int) -> list[dict[str, Any]]:
+        """A page of tasks in id order after ``after``; filters are exact matches.
+
+        Read through an index (namespace_id, [filter column,] id) of a given filter, never
+        along the primary key: that reads every other namespace's tasks past the cursor."""
+        where = ["t.namespace_id = %s", "t.id > %s"]
+        args: list[Any] = [self.namespace_id, after]
+        indexes = []
+        for column, index in LIST_INDEXES.items():
+            if column in filters:
+                where.append(f"t.{column} = %s")
+                args.append(filters[column])
+                indexes.append(index)
+        extra, extra_args = self._queue_filter("t.queue_id")
+        hint = f"FORCE INDEX ({', '.join(indexes or ['ix_tasks_ns'])})"
+        return self.db.query(
+            f"SELECT {TASK_COLUMNS} FROM tasks t {hint} {TASK_JOINS} "
+            f"WHERE {' AND '.join(where)}{extra} ORDER BY t.id LIMIT %s",
+            [*args, *extra_args, limit],
+        )
+
+    def attempts(self, task_public_id: str) -> list[dict[str, Any]]:
+        task = self.task(task_public_id)
+        return self.db.query(
+            f"SELECT {ATTEMPT_COLUMNS} FROM attempts a JOIN tasks t ON t.id = a.task_id "
+            "WHERE a.task_id = %s ORDER BY a.attempt_number",
+            [task["id"]],
+        )
+
+    def attempt(self, task_public_id: str, number: int) -> dict[str, Any]:
+        task = self.task(task_public_id)
+        rows = self.db.query(
+            f"SELECT {ATTEMPT_COLUMNS} FROM attempts a JOIN tasks t ON t.id = a.task_id "
+            "WHERE a.task_id = %s AND a.attempt_number = %s",
+            [task["id"], number],
+        )
+        if not rows:
+            raise errors.NotFound("attempt not found")
+        return rows[0]
+
+    def attempt_by_id(self, attempt_public_id: str) -> dict[str, Any]:
+        """One attempt by its public id, in one query (the result route's hot path)."""
+        extra, args = self._queue_filter("a.queue_id")
+        rows = self.db.query(
+            f"SELECT {ATTEMPT_COLUMNS} FROM attempts a JOIN tasks t ON t.id = a.task_id "
+            "WHERE a.public_id = %s AND a.namespace_id = %s" + extra,
+            [attempt_public_id, self.namespace_id, *args],
+        )
+        if not rows:
+            raise errors.NotFound("attempt not found")
+        return rows[0]
+
+    def history(self, task_public_id: str) -> list[dict[str, Any]]:
+        task = self.task(task_public_id)
+        return self.db.query(
+            "SELECT h.event, h.from_state, h.to_state, h.actor, h.details, h.concurrency_token, "
+            "a.public_id AS attempt_id, h.created_at FROM task_history h "
+            "LEFT JOIN attempts a ON a.id = h.attempt_id WHERE h.task_id = %s ORDER BY h.id",
+            [task["id"]],
+        )
+
+    def check_session_queues(self, session_public_id: str) -> None:
+        """For credentials limited to some queues: NOT_FOUND for a worker session that serves
+        a queue outside them (SPEC 1: out of scope answers 404). An unknown session passes: the
+        procedure answers for it, as it does for every credential."""
+        if self.principal.all_queues:
+            return
+        rows = self.db.query(
+            "SELECT wq.queue_id FROM worker_sessions s "
+            "JOIN worker_session_queues wq ON wq.session_id = s.id "
+            "WHERE s.public_id = %s AND s.namespace_id = %s",
+            [session_public_id, self.namespace_id],
+        )
+        if not all(self.covers_queue(r["queue_id"]) for r in rows):
+            raise errors.NotFound("worker session not found")
+
+    def check_attempt_queue(self, attempt_public_id: str) -> None:
+        """For credentials limited to some queues: NOT_FOUND for attempts of other queues."""
+        if self.principal.all_queues:
+            return
+        extra, args = self._queue_filter("queue_id")
+        rows = self.db.query(
+            "SELECT 1 AS ok FROM attempts WHERE public_id = %s AND namespace_id = %s" + extra,
+            [attempt_public_id, self.namespace_id, *args],
+        )
+        if not rows:
+            raise errors.NotFound("attempt not found")
