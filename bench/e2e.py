@@ -1,0 +1,230 @@
+"""The e2e part: an `orbit` server, HTTP producers and SDK worker processes, and what the
+machine, mariadbd and the workers spend while 10,000 tasks go through."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from engine_parts import Bench
+from measures import (
+    cpu_sample,
+    lock_counters,
+    lock_delta,
+    pct,
+    run_threads,
+)
+
+from devtools import localdb
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.models import SubmitTaskRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_server(dsn: str, workers: int):
+    port = localdb.free_port()
+    env = dict(
+        os.environ,
+        ORBIT_MYSQL_DSN=dsn,
+        ORBIT_HTTP_ADDR=f"127.0.0.1:{port}",
+        ORBIT_HTTP_WORKERS=str(workers),
+        # The per-credential submission limit is a policy knob, not what is measured: once
+        # submission got cheaper, the peer part's queueing ran into it (429) and its producers
+        # died. Off for the bench server.
+        ORBIT_SUBMIT_RATE="0",
+    )
+    log = open(ROOT / ".scratch" / "bench-server.log", "w")  # noqa: SIM115 - lives with the server
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("orbit"))], env=env, stdout=log, stderr=log
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(150):
+        try:
+            import urllib.request
+
+            urllib.request.urlopen(url + "/readyz", timeout=1)
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("orbit did not start; see .scratch/bench-server.log")
+
+
+def e2e(
+    bench: Bench,
+    url: str,
+    name: str,
+    tasks: int,
+    keys: int,
+    producers: int,
+    workers: int,
+    capacity: int,
+    drain: bool = False,
+    batch: int = 50,
+    prefetch: int = 0,
+    direct: bool = False,
+    rate: float = 0.0,
+    claim_with_report: bool = True,
+) -> dict:
+    """Producers and SDK worker processes together; with ``drain`` the tasks are all submitted
+    first and the clock starts when the workers do (the peer's way of measuring). Producers
+    send ``batch`` tasks per request (POST /v1/tasks/batch; 1 = POST /v1/tasks each), at
+    ``rate`` tasks/s in all when it is set (the submit-to-start latency of a queue that keeps
+    up, where an unpaced run measures the backlog the producers build)."""
+    client = Client(url, bench.token)
+    queue = client.create_queue(f"e2e-{name}-{secrets.token_hex(3)}", lease_seconds=30).queue_id
+    client.close()
+    env = dict(
+        os.environ,
+        ORBIT_URL=url,
+        ORBIT_TOKEN=bench.token,
+        QUEUE_IDS=queue,
+        CAPACITY=str(capacity),
+        PREFETCH=str(prefetch),
+        CLAIM_WITH_REPORT="1" if claim_with_report else "0",
+    )
+    if direct:  # the SDK workers call the procedures over MySQL (W9) instead of HTTP
+        env.update(
+            ORBIT_WORKER_DSN=bench.worker_dsn,
+            ORBIT_APPLICATION=bench.application,
+            ORBIT_ENVIRONMENT="bench",
+            ORBIT_NAMESPACE="ns",
+        )
+
+    def spawn_workers():
+        return [
+            subprocess.Popen(
+                [sys.executable, str(ROOT / "bench" / "noop_worker.py")],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            for _ in range(workers)
+        ]
+
+    procs = [] if drain else spawn_workers()
+    spawned = time.monotonic()
+    time.sleep(0 if drain else 1.0)
+    started = time.monotonic()
+    cpu_before = cpu_sample()
+    locks_before = lock_counters(bench.db)
+
+    def produce(i: int) -> None:
+        c = Client(url, bench.token)
+        mine = [
+            (
+                f"{name}-{queue}-{n}",
+                SubmitTaskRequest(
+                    queue_id=queue,
+                    handler="noop",
+                    handler_version="v1",
+                    payload_version="v1",
+                    payload={"n": n},
+                    concurrency_key=f"{name}-{queue}-{n % keys}" if keys else None,
+                ),
+            )
+            for n in range(i, tasks, producers)
+        ]
+        for k, at in enumerate(range(0, len(mine), batch)):
+            if rate:  # this producer's k-th request, interleaved with the others' at ``rate``
+                due = started + (k * producers + i) * batch / rate
+                time.sleep(max(0.0, due - time.monotonic()))
+            if batch == 1:
+                c.submit_task(*mine[at])
+                continue
+            refused = [r for r in c.submit_tasks(mine[at : at + batch]) if isinstance(r, Exception)]
+            if refused:
+                raise RuntimeError(f"submissions refused: {refused[:3]}")
+        c.close()
+
+    run_threads(produce, producers)
+    submit_s = time.monotonic() - started
+    if drain:
+        procs = spawn_workers()
+        spawned = started = time.monotonic()  # until the worker says it is ready (below)
+    [row] = bench.db.query("SELECT id FROM queues WHERE public_id = %s", (queue,))
+    # Done when the queue's unfinished count (one row by primary key) reaches 0; every task
+    # is submitted by now. Counting the queue's SUCCEEDED tasks instead read every task of the
+    # queue each poll: 1.4-3.7 ms of the server's CPU every 10 ms, taken from the drain it timed.
+    while True:
+        [left] = bench.db.query("SELECT unfinished_tasks FROM queues WHERE id = %s", (row["id"],))
+        if left["unfinished_tasks"] == 0 or time.monotonic() - started > 600:
+            break
+        time.sleep(0.01 if drain else 0.05)
+    finished = time.monotonic()
+    cpu_after = cpu_sample()
+    locks = lock_delta(locks_before, lock_counters(bench.db))
+    [done] = bench.db.query(
+        "SELECT COUNT(*) AS n FROM tasks WHERE queue_id = %s AND state = 'SUCCEEDED'", (row["id"],)
+    )
+    total = cpu_after[1] - cpu_before[1]
+    lat = bench.db.query(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, t.created_at, a.started_at) / 1000 AS ms FROM tasks t "
+        "JOIN attempts a ON a.task_id = t.id WHERE t.queue_id = %s AND a.started_at IS NOT NULL",
+        (row["id"],),
+    )
+    ms = [float(r["ms"]) for r in lat]
+    rss: list[int] = []
+    readies: list[float] = []
+    cpu_s = 0.0
+    sizes: dict[str, tuple[int, int, float]] = {}
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        out, _ = p.communicate(timeout=30)
+        for line in out.splitlines():
+            field, _, value = line.partition("=")
+            if field == "rss_kib":
+                rss.append(int(value))
+            elif field == "ready":
+                readies.append(float(value))
+            elif field == "cpu_s":
+                cpu_s += float(value)
+            elif field.startswith("calls_"):
+                calls, items, seconds = value.split(",")
+                was = sizes.get(field[6:], (0, 0, 0.0))
+                sizes[field[6:]] = (
+                    was[0] + int(calls),
+                    was[1] + int(items),
+                    was[2] + float(seconds),
+                )
+    startup = min(readies, default=spawned) - spawned
+    if drain:
+        # The peer's clock starts with its app open and its worker about to run; this one
+        # starts when the first worker process has imported, connected and is about to run,
+        # not at its spawn (Python's start-up and imports are not draining).
+        started = max(started, spawned + startup)
+    elapsed = finished - started
+    return {
+        "scenario": name,
+        "submit_batch": batch,
+        "capacity": capacity,
+        "prefetch": prefetch,
+        "claim_with_report": claim_with_report,
+        "transport": "mysql" if direct else "http",
+        "worker_startup_s": startup,
+        "paced_submit_per_s": rate,
+        "tasks": tasks,
+        "keys": keys,
+        "completed": done["n"],
+        "tasks_per_s": done["n"] / elapsed,
+        "submit_per_s": tasks / submit_s,
+        "submit_to_start_p50_ms": pct(ms, 50),
+        "submit_to_start_p99_ms": pct(ms, 99),
+        "sdk_worker_peak_rss_mib": max(rss, default=0) / 1024,
+        # The SDK workers' own CPU (after start-up) per task: the client's share of a round.
+        "sdk_worker_cpu_ms_per_task": 1000 * cpu_s / done["n"] if done["n"] else 0.0,
+        "worker_requests": {k: c for k, (c, _, _) in sizes.items()},
+        "attempts_per_request": {k: i / c for k, (c, i, _) in sizes.items() if c},
+        "request_ms": {k: 1000 * s / c for k, (c, _, s) in sizes.items() if c},
+        "cpu_busy_pct": 100 * (cpu_after[0] - cpu_before[0]) / total if total else 0.0,
+        "mariadbd_cpu_pct": 100 * (cpu_after[2] - cpu_before[2]) / total if total else 0.0,
+        **locks,
+    }

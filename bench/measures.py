@@ -1,0 +1,167 @@
+"""Helpers every part measures with: percentiles, the server's lock counters and settings,
+handler reads per call, parked backlogs inserted in bulk, threads run together."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from orbit_shell.engine import db
+from orbit_shell.engine.db import Database
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def history_length(conn) -> int:
+    """InnoDB's history list length: undo logs purge has not processed yet."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT `count` AS n FROM information_schema.INNODB_METRICS "
+            "WHERE name = 'trx_rseg_history_len'"
+        )
+        row = cur.fetchone()
+    return int(row["n"]) if row else -1
+
+
+def server_settings(d: Database) -> dict[str, str]:
+    """What makes a commit cost what it costs, recorded with the figures."""
+    [row] = d.query(
+        "SELECT @@version AS version, @@log_bin AS log_bin, @@sync_binlog AS sync_binlog, "
+        "@@binlog_format AS binlog_format, "
+        "@@innodb_flush_log_at_trx_commit AS innodb_flush_log_at_trx_commit"
+    )
+    return {k: str(v) for k, v in row.items()}
+
+
+def lock_counters(d: Database) -> dict[str, int]:
+    """The server's deadlocks and row-lock waits so far (global InnoDB counters)."""
+    rows = d.query(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN "
+        "('Innodb_deadlocks', 'Innodb_row_lock_waits', 'Innodb_row_lock_time')"
+    )
+    return {r["Variable_name"].lower(): int(r["Value"]) for r in rows}
+
+
+def lock_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Deadlocks, row-lock waits and the milliseconds waited between two readings."""
+    return {
+        "deadlocks": after["innodb_deadlocks"] - before["innodb_deadlocks"],
+        "row_lock_waits": after["innodb_row_lock_waits"] - before["innodb_row_lock_waits"],
+        "row_lock_wait_ms": after["innodb_row_lock_time"] - before["innodb_row_lock_time"],
+    }
+
+
+def locks_text(part: dict) -> str:
+    return f"deadlocks {part['deadlocks']}, row-lock waits {part['row_lock_waits']}"
+
+
+def handler_reads(conn) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Handler_read%%'")
+        return sum(int(r["Value"]) for r in cur.fetchall())
+
+
+def counted_call(conn, procedure: str, *args) -> tuple[float, int, list[dict]]:
+    """CALL ``procedure`` on ``conn`` (a connection of its own, for its handler counters):
+    its milliseconds, the rows it read and its first result set."""
+    before = handler_reads(conn)
+    started = time.perf_counter()
+    with conn.cursor() as cur:
+        cur.execute(f"CALL {procedure}({', '.join(['%s'] * len(args))})", args)
+        rows = list(cur.fetchall())
+        while cur.nextset():
+            pass
+    ms = (time.perf_counter() - started) * 1000
+    return ms, handler_reads(conn) - before, rows
+
+
+def park(dsn: str, ns: int, app: int, queue: int, key: str, count: int) -> None:
+    """Bench fixture: insert `count` tasks parked behind `key` in bulk (the state task_submit
+    leaves them in), because submitting a million through the procedure would dominate the run.
+    Priority 9 (the last): once the key is released, a promoted one never displaces the tasks
+    whose claims the next sizes time."""
+    conn = db.connect(dsn)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TEMPORARY TABLE digits (d INT) ENGINE=MEMORY")
+        cur.execute("INSERT INTO digits VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)")
+        # A temporary table cannot be opened twice in one statement: three copies of 0-9.
+        for copy in ("digits2", "digits3"):
+            cur.execute(f"CREATE TEMPORARY TABLE {copy} LIKE digits")
+            cur.execute(f"INSERT INTO {copy} SELECT * FROM digits")
+        cur.execute("CREATE TEMPORARY TABLE seq (n INT PRIMARY KEY) ENGINE=MEMORY")
+        cur.execute(
+            "INSERT INTO seq SELECT a.d + 10 * b.d + 100 * c.d FROM digits a, digits2 b, digits3 c"
+        )
+        done = 0
+        while done < count:
+            batch = min(1000, count - done)
+            cur.execute(
+                "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
+                "idempotency_key, handler, handler_version, payload_version, payload, "
+                "concurrency_key, priority, state, lane, max_attempts, available_at, created_at, "
+                "updated_at) SELECT LOWER(REPLACE(UUID(), '-', '')), %s, %s, %s, "
+                "CONCAT(%s, '-p-', %s + n), 'noop', 'v1', 'v1', '{}', %s, 9, 'WAITING', "
+                "'BLOCKED', 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) "
+                "FROM seq WHERE n < %s",
+                (ns, app, queue, key, done, key, batch),
+            )
+            done += batch
+    conn.close()
+
+
+def run_threads(fn, n: int) -> None:
+    threads = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def mariadbd_pids() -> list[int]:
+    """The local mariadbd processes (the bench's private server, or the one a DSN names)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                entry.name.isdigit()
+                and b"mariadbd" in (entry / "cmdline").read_bytes().split(b"\0", 1)[0]
+            ):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def db_cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(stat[11]) + int(stat[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_sample() -> tuple[float, float, float]:
+    """(busy, total) CPU seconds of the machine from /proc/stat, and CPU seconds used so far by
+    mariadbd processes: the e2e part reports how busy the two cores were, and how much of it
+    was the database, so a lock-bound run is told apart from a CPU-bound one."""
+    tick = os.sysconf("SC_CLK_TCK")
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / tick, sum(fields) / tick, db_cpu_seconds(mariadbd_pids())
+
+
+def vm_hwm_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
