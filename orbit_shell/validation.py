@@ -1,7 +1,7 @@
 """Request parsing and field rules. K2 (concurrency key validation) lives here, once.
 
 Each validator is a small object that checks one value and knows its JSON-schema fragment, so
-the OpenAPI document (``api/openapi.py``) is built from the same objects that validate.
+the OpenAPI document (``server/openapi.py``) is built from the same objects that validate.
 Objects are parsed strictly: unknown fields, wrong types and out-of-range values are
 ``INVALID_ARGUMENT`` with a ``details`` entry naming the field.
 """

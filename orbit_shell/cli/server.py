@@ -7,7 +7,9 @@ Refuses to start when the database schema is not exactly the version this code s
 
 from __future__ import annotations
 
+import argparse
 import glob
+import importlib.metadata
 import logging
 import math
 import os
@@ -19,9 +21,19 @@ from gunicorn.app.base import BaseApplication
 
 from orbit_shell import logs
 from orbit_shell.engine import schema
-from orbit_shell.server.config import Config
+from orbit_shell.server.config import Config, environment_help
 
 log = logging.getLogger("orbit.server")
+
+
+def version() -> str:
+    """The installed package's version."""
+    try:
+        return importlib.metadata.version("orbit-shell")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 METRICS_PREFIX = "orbit-metrics-"  # + "<pid>-<random>": the private metrics directory
 
 
@@ -74,6 +86,15 @@ class OrbitServer(BaseApplication):
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="orbit",
+        description="The Orbit API server: gunicorn (gevent workers) serving the HTTP API, with "
+        "the lease sweeper and the scheduler. Configured by the environment.",
+        epilog=environment_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"orbit {version()}")
+    parser.parse_args(argv)
     logs.configure()
     config = Config.from_env()
     try:

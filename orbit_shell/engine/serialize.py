@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 log = logging.getLogger("orbit.serialize")
+T = TypeVar("T")
 
 
 def iso(value: dt.datetime | None) -> str | None:
@@ -140,25 +141,24 @@ def assignments(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     Its attempt stays leased, expires unstarted, and lease recovery ends the task after
     max_attempts such dispatches.
     """
-    out = []
-    for row in rows:
-        try:
-            out.append(assignment(row))
-        except (RecursionError, ValueError) as exc:
-            _left_out(row, exc)
-    return out
+    return _each(rows, assignment)
 
 
 def assignments_json(rows: Iterable[dict[str, Any]]) -> str:
     """``assignments`` as the JSON text of an array, each message serialised on its own: a
     message whose text cannot be made is left out as in ``assignments``."""
-    texts = []
+    texts = _each(rows, lambda row: json.dumps(assignment(row), ensure_ascii=False))
+    return "[" + ",".join(texts) + "]"
+
+
+def _each(rows: Iterable[dict[str, Any]], make: Callable[[dict[str, Any]], T]) -> list[T]:
+    out = []
     for row in rows:
         try:
-            texts.append(json.dumps(assignment(row), ensure_ascii=False))
+            out.append(make(row))
         except (RecursionError, ValueError) as exc:
             _left_out(row, exc)
-    return "[" + ",".join(texts) + "]"
+    return out
 
 
 def _left_out(row: dict[str, Any], exc: Exception) -> None:

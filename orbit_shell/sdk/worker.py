@@ -65,7 +65,8 @@ class Worker:
 
     Args:
         queue_ids: queues to claim from.
-        url, token: the Orbit server and a credential with workers:connect/consume (HTTP).
+        url, token: the Orbit server and a credential with workers:connect/consume (HTTP);
+            without them (and without a transport) call :meth:`connect` before running.
         transport: another transport instead (e.g.
             :class:`~orbit_shell.sdk.transport.MysqlTransport`).
         capacity: handlers running at once.
@@ -89,7 +90,7 @@ class Worker:
 
     def __init__(
         self,
-        queue_ids: list[str],
+        queue_ids: Sequence[str] = (),
         *,
         url: str | None = None,
         token: str | None = None,
@@ -104,16 +105,16 @@ class Worker:
         report_linger: float = 0.005,
         claim_with_report: bool = True,
     ) -> None:
-        if transport is None:
-            if not (url and token):
-                raise ValueError("give url and token, or a transport")
+        if transport is None and url and token:
             transport = HttpTransport(Client(url, token))
         if capacity < 1 or prefetch < 0 or capacity + prefetch > SESSION_CAPACITY_MAX:
             raise ValueError(
                 "capacity must be at least 1, prefetch at least 0, and their sum (the "
                 f"session's capacity) at most {SESSION_CAPACITY_MAX}"
             )
-        self.transport = transport
+        # None until connect(): a module can declare a worker and its handlers, and the
+        # command that runs it (orbit-worker) says where the server is.
+        self.transport: Transport | None = transport
         self.queue_ids = list(queue_ids)
         self.capacity = capacity
         self.prefetch = prefetch
@@ -155,9 +156,21 @@ class Worker:
 
         return decorate
 
+    def connect(self, url: str, token: str) -> Worker:
+        """Talk to the server at ``url`` with ``token`` (a worker made without them)."""
+        self.transport = HttpTransport(Client(url, token))
+        return self
+
     # Lifecycle ------------------------------------------------------------------------------
+    def _check_ready(self) -> None:
+        if self.transport is None:
+            raise ValueError("give url and token, or a transport, or call connect() first")
+        if not self.queue_ids:
+            raise ValueError("give the worker at least one queue id")
+
     def start(self) -> Worker:
         """Run in a background thread; returns at once."""
+        self._check_ready()
         self._thread = threading.Thread(
             target=self.run, name=f"orbit-{self.worker_id}", daemon=True
         )
@@ -177,6 +190,7 @@ class Worker:
         return self.drained
 
     def run(self, install_signals: bool = False) -> None:
+        self._check_ready()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())

@@ -14,7 +14,7 @@ from orbit_shell.server.scoped import Scope
 from orbit_shell.validation import Shape, check_json_depth
 
 # WSGI environ key under which the HTTP worker puts a context manager factory that ends a
-# body read taking too long with errors.RequestTimeout (api/gevent_worker.py).
+# body read taking too long with errors.RequestTimeout (server/gevent_worker.py).
 BODY_DEADLINE = "orbit.body_deadline"
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -50,23 +52,65 @@ class Config:
     metrics_token: str | None = None
 
     @classmethod
-    def from_env(cls) -> Config:
-        dsn = os.environ.get("ORBIT_MYSQL_DSN")
-        if not dsn:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
+        """The settings named in ``ENVIRONMENT`` that are set, over the defaults.
+
+        Raises:
+            SystemExit: ORBIT_MYSQL_DSN is not set, or a value is not a number, or not more
+                than 0 (0 is allowed where it turns something off: ``OFF``).
+        """
+        environ = os.environ if environ is None else environ
+        if not environ.get("ORBIT_MYSQL_DSN"):
             raise SystemExit("orbit: ORBIT_MYSQL_DSN is not set (mysql://user:pass@host:port/db)")
-        return cls(
-            dsn=dsn,
-            http_addr=os.environ.get("ORBIT_HTTP_ADDR", "127.0.0.1:8080"),
-            sweep_interval=float(os.environ.get("ORBIT_SWEEP_INTERVAL", "1.0")),
-            schedule_interval=float(os.environ.get("ORBIT_SCHEDULE_INTERVAL", "1.0")),
-            http_workers=int(os.environ.get("ORBIT_HTTP_WORKERS", "4")),
-            submit_rate=float(os.environ.get("ORBIT_SUBMIT_RATE", "500")),
-            submit_burst=int(os.environ.get("ORBIT_SUBMIT_BURST", "1000")),
-            http_connections=int(os.environ.get("ORBIT_HTTP_CONNECTIONS", "1000")),
-            longpoll_per_credential=int(os.environ.get("ORBIT_LONGPOLL_PER_CREDENTIAL", "64")),
-            longpoll_max=int(os.environ.get("ORBIT_LONGPOLL_MAX", "1024")),
-            header_timeout=float(os.environ.get("ORBIT_HEADER_TIMEOUT", "10")),
-            body_timeout=float(os.environ.get("ORBIT_BODY_TIMEOUT", "30")),
-            db_max_open=int(os.environ.get("ORBIT_DB_MAX_OPEN", "32")),
-            metrics_token=os.environ.get("ORBIT_METRICS_TOKEN") or None,
-        )
+        kinds = {f.name: f.type for f in dataclasses.fields(cls)}
+        values: dict[str, object] = {}
+        for name, (attribute, _help) in ENVIRONMENT.items():
+            text = environ.get(name)
+            if text is None or text == "":
+                continue
+            kind = kinds[attribute]
+            try:
+                value = int(text) if kind == "int" else float(text) if kind == "float" else text
+            except ValueError:
+                raise SystemExit(f"orbit: {name}={text!r} is not a number") from None
+            if kind in ("int", "float") and value <= 0 and (value < 0 or attribute not in OFF):
+                raise SystemExit(
+                    f"orbit: {name}={text!r} must be "
+                    + ("0 or more" if attribute in OFF else "more than 0")
+                )
+            values[attribute] = value
+        return cls(**values)
+
+
+# The environment ``orbit`` reads: variable -> (Config attribute, what it sets). ``orbit --help``
+# prints this table with each default.
+ENVIRONMENT: dict[str, tuple[str, str]] = {
+    "ORBIT_MYSQL_DSN": ("dsn", "mysql://user:password@host:port/database (required)"),
+    "ORBIT_HTTP_ADDR": ("http_addr", "host:port to listen on"),
+    "ORBIT_HTTP_WORKERS": ("http_workers", "gunicorn worker processes"),
+    "ORBIT_HTTP_CONNECTIONS": ("http_connections", "connections one worker process serves"),
+    "ORBIT_SWEEP_INTERVAL": ("sweep_interval", "seconds between lease sweeps (0: none)"),
+    "ORBIT_SCHEDULE_INTERVAL": ("schedule_interval", "seconds between scheduler passes (0: none)"),
+    "ORBIT_SUBMIT_RATE": ("submit_rate", "submissions/s per credential and process (0: no cap)"),
+    "ORBIT_SUBMIT_BURST": ("submit_burst", "submissions a credential may send at once"),
+    "ORBIT_LONGPOLL_PER_CREDENTIAL": ("longpoll_per_credential", "long polls of one credential"),
+    "ORBIT_LONGPOLL_MAX": ("longpoll_max", "long polls in all"),
+    "ORBIT_HEADER_TIMEOUT": ("header_timeout", "seconds to send a request's headers"),
+    "ORBIT_BODY_TIMEOUT": ("body_timeout", "seconds to send a request's body (then 408)"),
+    "ORBIT_DB_MAX_OPEN": ("db_max_open", "database connections per worker process"),
+    "ORBIT_METRICS_TOKEN": ("metrics_token", "bearer token /metrics asks for (unset: open)"),
+}
+
+
+OFF = {"sweep_interval", "schedule_interval", "submit_rate"}  # where 0 turns the thing off
+
+
+def environment_help() -> str:
+    """The ENVIRONMENT table as text, each variable with its default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Config)}
+    lines = ["environment:"]
+    for name, (attribute, text) in ENVIRONMENT.items():
+        default = defaults[attribute]
+        shown = "" if default in (dataclasses.MISSING, None) else f" (default {default})"
+        lines.append(f"  {name:<31} {text}{shown}")
+    return "\n".join(lines)
