@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 log = logging.getLogger("orbit.serialize")
+PARKED_COUNT_MAX = 10_000  # the server counts a key's parked tasks up to this many
 T = TypeVar("T")
 
 
@@ -86,6 +87,61 @@ def task_detail(row: dict[str, Any]) -> dict[str, Any]:
         }
     )
     return out
+
+
+def key(row: dict[str, Any]) -> dict[str, Any]:
+    """A concurrency key as ``GET /v1/keys/{key}`` shows it (V1). ``state``: ``held`` (an
+    attempt holds the permit), ``contended`` (held, and tasks parked behind it) or ``idle``.
+    Tokens are decimal strings (K9); ``parked.count_is_lower_bound`` says the count stopped."""
+    held = row["holder_attempt_id"] is not None
+    parked = row["parked"]
+    oldest = row["oldest_parked"]
+    return {
+        "concurrency_key": row["concurrency_key"],
+        "state": ("contended" if parked else "held") if held else "idle",
+        "highest_token": str(row["token"]),
+        "holder": {
+            "task_id": row["holder_task_id"],
+            "attempt_id": row["attempt_id"] if row["holder_task_id"] else None,
+            "attempt_number": row["attempt_number"],
+            "attempt_state": row["attempt_state"],
+            "session_id": row["session_id"] if row["holder_task_id"] else None,
+            "worker_id": row["worker_id"] if row["holder_task_id"] else None,
+            "concurrency_token": str(row["holder_token"]),
+            "since": iso(row["since"]),
+            "lease_expires_at": iso(row["lease_expires_at"]),
+        }
+        if held
+        else None,
+        "ready_task_id": row["ready_task_id"],
+        "parked": {
+            "count": min(parked, PARKED_COUNT_MAX),
+            "count_is_lower_bound": parked > PARKED_COUNT_MAX,
+            "oldest_task_id": oldest["public_id"] if oldest else None,
+            "oldest_since": iso(oldest["created_at"]) if oldest else None,
+        },
+        "updated_at": iso(row["updated_at"]),
+    }
+
+
+def waiting(task: dict[str, Any], why: dict[str, Any] | None, show_holder: bool) -> dict:
+    """What a WAITING task waits for (V2), to add to its detail: ``waiting_for`` the holder of
+    its key when it is parked, ``waiting_until`` when it is in backoff; {} otherwise."""
+    if why is None:
+        return {}
+    if why["lane"] == "BLOCKED":
+        held = why["holder_token"] is not None
+        return {
+            "waiting_for": {
+                "concurrency_key": task["concurrency_key"],
+                "holder_task_id": why["holder_task_id"] if held and show_holder else None,
+                "holder_token": str(why["holder_token"]) if held else None,
+                "since": iso(why["since"]) if held else None,
+            }
+        }
+    if why["lane"] == "DELAYED":
+        return {"waiting_until": iso(task["available_at"])}
+    return {}
 
 
 def attempt(row: dict[str, Any]) -> dict[str, Any]:

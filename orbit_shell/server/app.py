@@ -15,7 +15,7 @@ import uuid
 import falcon
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from orbit_shell import errors
+from orbit_shell import errors, validation
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.longpoll import PollGate
 from orbit_shell.server import auth, openapi
@@ -23,6 +23,7 @@ from orbit_shell.server.config import Config
 from orbit_shell.server.dbmetrics import PurgeCollector
 from orbit_shell.server.guard import SubmitGuard
 from orbit_shell.server.resources.attempts import Attempts
+from orbit_shell.server.resources.keys import Keys
 from orbit_shell.server.resources.queues import Queues
 from orbit_shell.server.resources.schedules import Schedules
 from orbit_shell.server.resources.system import Health, Metrics, OpenApi, Ready
@@ -80,12 +81,18 @@ class RequestContext:
     def process_resource(self, req, resp, resource, params) -> None:
         if resource is not None and not getattr(resource, "auth_exempt", False):
             req.context.principal = auth.authenticate(self.db, req.get_header("Authorization"))
-        # Every path id is 32 lowercase hex (attempt numbers are digits): anything else cannot
-        # exist, so it is a 404 here, before any query sees it.
+        # Every path id is 32 lowercase hex (attempt numbers are digits), and a key is what K2
+        # accepts: anything else cannot exist, so it is a 404 here, before any query sees it.
         for name, value in params.items():
-            pattern = NUMBER_RE if name == "number" else HEX32
-            if not pattern.match(value):
-                raise errors.NotFound(f"{name.removesuffix('_id')} not found")
+            if name == "concurrency_key":
+                try:
+                    valid = validation.validate_concurrency_key(value) != ""
+                except errors.InvalidArgument:
+                    valid = False
+            else:
+                valid = bool((NUMBER_RE if name == "number" else HEX32).match(value))
+            if not valid:
+                raise errors.NotFound(f"{name.removesuffix('_id').replace('_', ' ')} not found")
 
     def process_response(self, req, resp, resource, req_succeeded) -> None:
         resp.set_header("X-Request-Id", req.context.request_id)
@@ -159,10 +166,11 @@ def create_app(
         ),
         "attempts": Attempts(config.max_body_bytes),
         "schedules": Schedules(config.max_body_bytes),
+        "keys": Keys(),
     }
     for route in ROUTES:
         kwargs = {"suffix": route.suffix} if route.suffix else {}
-        app.add_route(route.path, resources[route.resource], **kwargs)
+        app.add_route(route.falcon_path, resources[route.resource], **kwargs)
     # Most specific first: Falcon picks the handler of the nearest class in the MRO.
     app.add_error_handler(Exception, _unexpected)
     app.add_error_handler(falcon.HTTPError, _http_error)

@@ -7,7 +7,7 @@ from typing import Any
 
 from orbit_shell.server.resources.tasks import LIST_QUERY
 from orbit_shell.server.routes import ROUTES
-from orbit_shell.validation import IdempotencyKey
+from orbit_shell.validation import MAX_KEY_CHARS, ConcurrencyKey, IdempotencyKey
 
 ERROR_CODES = [
     "INVALID_ARGUMENT",
@@ -25,7 +25,10 @@ ERROR_CODES = [
     "UNAVAILABLE",
     "INTERNAL",
 ]
-PARAM_PATTERNS = {"number": "^[1-9][0-9]{0,6}$"}
+PARAM_PATTERNS = {
+    "number": "^[1-9][0-9]{0,6}$",
+    "concurrency_key": ConcurrencyKey.schema["pattern"].replace(")?)?$", ")?)$", 1),
+}
 
 
 def build() -> dict[str, Any]:
@@ -41,6 +44,7 @@ def build() -> dict[str, Any]:
                     "schema": {
                         "type": "string",
                         "pattern": PARAM_PATTERNS.get(name, "^[0-9a-f]{32}$"),
+                        **({"maxLength": MAX_KEY_CHARS} if name == "concurrency_key" else {}),
                     },
                 }
                 for name in re.findall(r"{(\w+)}", route.path)

@@ -24,6 +24,12 @@ class Route:
     suffix: str | None
     ops: dict[str, Op]
 
+    @property
+    def falcon_path(self) -> str:
+        """The path as Falcon routes it: a concurrency key may hold slashes (``object/42``),
+        so it takes the rest of the path (Falcon's ``path`` converter)."""
+        return self.path.replace("{concurrency_key}", "{concurrency_key:path}")
+
 
 ROUTES: list[Route] = [
     Route("/healthz", "health", None, {"get": Op("Liveness", None)}),
@@ -109,6 +115,16 @@ ROUTES: list[Route] = [
         "tasks",
         "resolve",
         {"post": Op("Resolve a NEEDS_REVIEW task", "tasks:manage", v.TASK_RESOLVE)},
+    ),
+    Route(
+        "/v1/keys/{concurrency_key}",
+        "keys",
+        "item",
+        {
+            "get": Op(
+                "Inspect a concurrency key: holder, tokens, ready and parked tasks", "tasks:read"
+            )
+        },
     ),
     Route(
         "/v1/schedules",

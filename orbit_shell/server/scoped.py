@@ -13,6 +13,7 @@ from typing import Any
 
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
+from orbit_shell.engine.serialize import PARKED_COUNT_MAX
 from orbit_shell.server.auth import Principal
 
 # task_submit's answer repeats these columns (POST /v1/tasks answers from it); keep both alike.
@@ -109,6 +110,80 @@ class Scope:
         if not rows:
             raise errors.NotFound("task not found")
         return rows[0]
+
+    def waiting(self, task: dict[str, Any]) -> dict[str, Any] | None:
+        """Why a WAITING task waits (V2): parked behind its key's holder, or in backoff until
+        a time; None when it is claimable now or not waiting. The holder's task id is left out
+        for a credential whose queues do not take in the holder's queue (SPEC 1); its token and
+        since when it holds the key are the key's, not the other queue's."""
+        if task["state"] != "WAITING":
+            return None
+        [row] = self.db.query(
+            "SELECT t.lane, h.public_id AS holder_task_id, h.queue_id AS holder_queue, "
+            "a.concurrency_token AS holder_token, a.created_at AS since "
+            "FROM tasks t LEFT JOIN concurrency_resources r ON t.lane = 'BLOCKED' "
+            "AND r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key "
+            "LEFT JOIN attempts a ON a.id = r.holder_attempt_id "
+            "LEFT JOIN tasks h ON h.id = a.task_id WHERE t.id = %s",
+            [task["id"]],
+        )
+        return row
+
+    def key(self, concurrency_key: str) -> dict[str, Any]:
+        """A key's resource row with its holder, its READY candidate and its parked tasks
+        (V1), as far as the credential's queues take them in; NOT_FOUND for a key never used
+        in the namespace, or one none of whose tasks the credential may see.
+
+        Reads by index only: the resource by its unique key, the holder and candidate by
+        primary key, the parked tasks through ``ix_tasks_key_lane`` (counted up to
+        ``PARKED_COUNT_MAX``; the oldest found per priority, ten dives)."""
+        rows = self.db.query(
+            "SELECT r.token, r.holder_attempt_id, r.updated_at, "
+            "a.public_id AS attempt_id, a.attempt_number, a.state AS attempt_state, "
+            "a.concurrency_token AS holder_token, a.created_at AS since, a.lease_expires_at, "
+            "h.public_id AS holder_task_id, h.queue_id AS holder_queue, "
+            "ws.public_id AS session_id, ws.worker_id, "
+            "c.public_id AS ready_task_id, c.queue_id AS ready_queue "
+            "FROM concurrency_resources r "
+            "LEFT JOIN attempts a ON a.id = r.holder_attempt_id "
+            "LEFT JOIN tasks h ON h.id = a.task_id "
+            "LEFT JOIN worker_sessions ws ON ws.id = a.session_id "
+            "LEFT JOIN tasks c ON c.id = r.candidate_task_id "
+            "WHERE r.namespace_id = %s AND r.concurrency_key = %s",
+            [self.namespace_id, concurrency_key],
+        )
+        if not rows:
+            raise errors.NotFound("concurrency key not found")
+        row = {**rows[0], "concurrency_key": concurrency_key}
+        extra, args = self._queue_filter("queue_id")
+        parked_where = (
+            "FROM tasks FORCE INDEX (ix_tasks_key_lane) WHERE namespace_id = %s "
+            "AND concurrency_key = %s AND lane = 'BLOCKED'" + extra
+        )
+        base = [self.namespace_id, concurrency_key, *args]
+        [counted] = self.db.query(
+            f"SELECT COUNT(*) AS n FROM (SELECT 1 {parked_where} LIMIT %s) x",
+            [*base, PARKED_COUNT_MAX + 1],
+        )
+        oldest = self.db.query(
+            " UNION ALL ".join(
+                f"(SELECT id, public_id, created_at {parked_where} AND priority = %s "
+                "ORDER BY id LIMIT 1)"
+                for _ in range(10)
+            )
+            + " ORDER BY id LIMIT 1",
+            [value for priority in range(10) for value in (*base, priority)],
+        )
+        row["parked"] = counted["n"]
+        row["oldest_parked"] = oldest[0] if oldest else None
+        for column, queue in (("holder_task_id", "holder_queue"), ("ready_task_id", "ready_queue")):
+            if row[queue] is not None and not self.covers_queue(row[queue]):
+                row[column] = None
+        if not self.principal.all_queues and not (
+            row["holder_task_id"] or row["ready_task_id"] or row["parked"]
+        ):
+            raise errors.NotFound("concurrency key not found")
+        return row
 
     def tasks(self, filters: dict[str, Any], after: int, limit: int) -> list[dict[str, Any]]:
         """A page of tasks in id order after ``after``; filters are exact matches.

@@ -2,7 +2,7 @@
 against the Falcon app and a real MariaDB. No generated input may produce a 5xx, responses
 must match the document, a request the document calls valid must not be refused as invalid
 (positive data acceptance: the document says what the server enforces), and one tenant's new
-ids are 404 to another tenant. Path ids are real ones (a task, its attempt, a worker session,
+ids are 404 to another tenant. Path ids are real ones (a task, its attempt, a worker session, a key,
 a schedule, the queue), so the id routes are exercised past their 404."""
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ def real_ids(tenants, database, orbit_dsn):
             headers={**owner.headers, "Idempotency-Key": f"real-{i}"},
             json=task_body(owner.queue_id),
         )
+    client.simulate_post(
+        "/v1/tasks",
+        headers={**owner.headers, "Idempotency-Key": "real-keyed"},
+        json=task_body(owner.queue_id, concurrency_key="real/key"),
+    )
     session = Session(client, owner, capacity=1)
     [leased] = session.claim(1)
     schedule = client.simulate_post(
@@ -66,6 +71,7 @@ def real_ids(tenants, database, orbit_dsn):
         "session_id": session.id,
         "schedule_id": schedule,
         "queue_id": owner.queue_id,
+        "concurrency_key": "real/key",
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import threading
 import unicodedata
 
@@ -455,7 +456,8 @@ def test_openapi_matches_the_routes(app, client):
         for method in route.methods:
             if method.internal:  # Falcon's automatic 405 responders
                 continue
-            mounted.add((method.method, route.path))
+            # A converter ({concurrency_key:path}) is how Falcon routes the field, not its name.
+            mounted.add((method.method, re.sub(r"{(\w+):\w+}", r"{\1}", route.path)))
     assert documented == mounted
     assert doc["openapi"].startswith("3.")
     submit_op = doc["paths"]["/v1/tasks"]["post"]
@@ -487,3 +489,43 @@ def test_cancel_and_resolve_need_tasks_manage_and_answer_what_the_read_scope_all
         "payload"
         in client.simulate_get(f"/v1/tasks/{task_id}", headers=tenant.headers).json["data"]
     )
+
+
+def test_v2_a_waiting_task_says_what_it_waits_for(client, tenant, database):
+    """V2: a parked task names the key, its holder's task, token and since when; the holder's
+    task id is hidden from a credential whose queues do not take in the holder's queue; a
+    task in backoff says until when; a claimable task says nothing of either."""
+    other = client.simulate_post("/v1/queues", headers=tenant.headers, json={"name": "hq"})
+    holder_queue = other.json["data"]["queue_id"]
+    holder = submit(client, tenant, None, 201, queue_id=holder_queue, concurrency_key="why/k")
+    parked = submit(client, tenant, None, 201, concurrency_key="why/k").json["data"]["task_id"]
+    free = submit(client, tenant, None, 201).json["data"]["task_id"]
+    detail = client.simulate_get(f"/v1/tasks/{parked}", headers=tenant.headers).json["data"]
+    assert detail["waiting_for"] == {
+        "concurrency_key": "why/k",
+        "holder_task_id": None,  # nobody holds it yet: the holder task is the key's candidate
+        "holder_token": None,
+        "since": None,
+    }
+    session = Session(client, tenant, queue_ids=[holder_queue], capacity=1)
+    [granted] = session.claim(1)
+    assert granted["task"]["task_id"] == holder.json["data"]["task_id"]
+    detail = client.simulate_get(f"/v1/tasks/{parked}", headers=tenant.headers).json["data"]
+    waiting = detail["waiting_for"]
+    assert waiting["holder_task_id"] == granted["task"]["task_id"]
+    assert waiting["holder_token"] == granted["concurrency_token"] == "1"
+    assert waiting["since"] and waiting["concurrency_key"] == "why/k"
+    limited = limited_credential(database, tenant, "tasks:read")  # the first queue only
+    seen = client.simulate_get(f"/v1/tasks/{parked}", headers=limited).json["data"]["waiting_for"]
+    assert seen["holder_task_id"] is None and seen["holder_token"] == "1"
+    assert (
+        "waiting_for"
+        not in client.simulate_get(f"/v1/tasks/{free}", headers=tenant.headers).json["data"]
+    )
+    session.start(granted["attempt_id"])
+    session.finish(granted["attempt_id"], "failed", retryable=True)
+    backoff = client.simulate_get(
+        f"/v1/tasks/{granted['task']['task_id']}", headers=tenant.headers
+    ).json["data"]
+    assert backoff["state"] == "WAITING" and backoff["waiting_until"] == backoff["available_at"]
+    assert "waiting_for" not in backoff

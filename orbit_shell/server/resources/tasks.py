@@ -119,7 +119,11 @@ class Tasks:
 
     def on_get_item(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
         s = scope(req, "tasks:read")
-        ok(req, resp, serialize.task_detail(s.task(task_id)))
+        row = s.task(task_id)
+        why = s.waiting(row)
+        show = why is not None and why["holder_queue"] is not None
+        show = show and s.covers_queue(why["holder_queue"])
+        ok(req, resp, {**serialize.task_detail(row), **serialize.waiting(row, why, show)})
 
     def on_get_attempts(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
         s = scope(req, "tasks:read")
