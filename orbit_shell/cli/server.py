@@ -71,13 +71,27 @@ class OrbitServer(BaseApplication):
         # Imported here, in the worker after gevent patched it: a class made from
         # threading.Thread in the arbiter would run as an OS thread beside the event loop.
         from orbit_shell.engine.db import Database
+        from orbit_shell.server.leader import Leadership
         from orbit_shell.server.schedules import Scheduler
         from orbit_shell.server.sweeper import Sweeper
 
+        if self.config.sweep_interval <= 0 and self.config.schedule_interval <= 0:
+            return
+        # One leader per database runs the loops; every worker of every server stands by (H4).
+        leadership = Leadership(self.config.dsn, self.config.leader_interval)
+        leadership.start()
         if self.config.sweep_interval > 0:
-            Sweeper(Database(self.config.dsn, pool_size=2), self.config.sweep_interval).start()
+            Sweeper(
+                Database(self.config.dsn, pool_size=2),
+                self.config.sweep_interval,
+                active=leadership.leading,
+            ).start()
         if self.config.schedule_interval > 0:
-            Scheduler(Database(self.config.dsn, pool_size=2), self.config.schedule_interval).start()
+            Scheduler(
+                Database(self.config.dsn, pool_size=2),
+                self.config.schedule_interval,
+                active=leadership.leading,
+            ).start()
 
     def load(self):
         from orbit_shell.server.app import create_app

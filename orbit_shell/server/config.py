@@ -30,6 +30,8 @@ class Config:
         header_timeout / body_timeout: seconds a client may take to send a request's headers
             / its body; a slower client is cut off (408 for the body).
         db_max_open: database connections one process opens at most; a call waits for one.
+        leader_interval: seconds between a standby's bids for the background loops' lock
+            (and the leader's checks that it still holds it): the takeover bound (H4).
         metrics_token: when set (``ORBIT_METRICS_TOKEN``), ``/metrics`` answers only requests
             bearing it; unset, it is open to whoever reaches the server.
     """
@@ -49,6 +51,7 @@ class Config:
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     db_max_open: int = 32
+    leader_interval: float = 1.0
     metrics_token: str | None = None
 
     @classmethod
@@ -98,6 +101,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "ORBIT_HEADER_TIMEOUT": ("header_timeout", "seconds to send a request's headers"),
     "ORBIT_BODY_TIMEOUT": ("body_timeout", "seconds to send a request's body (then 408)"),
     "ORBIT_DB_MAX_OPEN": ("db_max_open", "database connections per worker process"),
+    "ORBIT_LEADER_INTERVAL": ("leader_interval", "seconds between bids to lead the sweeps"),
     "ORBIT_METRICS_TOKEN": ("metrics_token", "bearer token /metrics asks for (unset: open)"),
 }
 

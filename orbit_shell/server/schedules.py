@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 import zoneinfo
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -277,13 +278,18 @@ def fire_due(database: Database, limit: int = 100, now=utcnow) -> int:
 class Scheduler(threading.Thread):
     """Runs :func:`fire_due` about every ``interval`` seconds until stopped."""
 
-    def __init__(self, database: Database, interval: float = 1.0) -> None:
+    def __init__(
+        self, database: Database, interval: float = 1.0, active: Callable[[], bool] = lambda: True
+    ) -> None:
         super().__init__(name="orbit-scheduler", daemon=True)
         self.database, self.interval = database, interval
+        self.active = active  # whether this process leads: only the leader fires
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
+            if not self.active():
+                continue
             try:
                 fire_due(self.database)
             except errors.OrbitError as exc:

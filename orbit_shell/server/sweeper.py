@@ -1,7 +1,8 @@
-"""Background loops an `orbit` server runs: the lease sweeper (and the scheduler, when present).
+"""The lease sweeper, one of the background loops of an `orbit` server.
 
-Every gunicorn worker process runs one; several servers may run them at once because each
-step is an idempotent procedure that locks what it changes (lease_sweep).
+Every gunicorn worker process starts one, and it sweeps while its process leads
+(``leader.Leadership``: one leader per database). Several sweeping at once would still be
+safe: each step is an idempotent procedure that locks what it changes (lease_sweep).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections.abc import Callable
 
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
@@ -19,9 +21,16 @@ log = logging.getLogger("orbit.sweeper")
 class Sweeper(threading.Thread):
     """Calls ``lease_sweep`` about every ``interval`` seconds until stopped."""
 
-    def __init__(self, database: Database, interval: float = 1.0, batch: int = 500) -> None:
+    def __init__(
+        self,
+        database: Database,
+        interval: float = 1.0,
+        batch: int = 500,
+        active: Callable[[], bool] = lambda: True,
+    ) -> None:
         super().__init__(name="orbit-sweeper", daemon=True)
         self.database = database
+        self.active = active  # whether this process leads: only the leader sweeps
         self.interval = interval
         self.batch = batch
         self.stopped = threading.Event()
@@ -37,7 +46,8 @@ class Sweeper(threading.Thread):
         self.stopped.wait(random.uniform(0, self.interval))
         while not self.stopped.is_set():
             try:
-                self.sweep_once()
+                if self.active():
+                    self.sweep_once()
             except errors.OrbitError as exc:
                 log.warning("sweep failed: %s", exc.message, extra={"action": "sweep"})
             self.stopped.wait(self.interval)

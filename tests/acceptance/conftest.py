@@ -32,9 +32,11 @@ def orbit_process(orbit_dsn, tmp_path_factory):
     stop_orbit(proc)
 
 
-def launch_orbit(dsn: str, log, **env: str) -> subprocess.Popen:
+def launch_orbit(dsn: str, log, new_session: bool = False, **env: str) -> subprocess.Popen:
     """Start `orbit` (two gunicorn workers) on a free port and wait until it is ready; the
-    Popen carries its base URL as ``.url``. ``env`` overrides its environment."""
+    Popen carries its base URL as ``.url``. ``env`` overrides its environment; with
+    ``new_session`` the server and its workers are a process group of their own (to kill
+    whole)."""
     port = localdb.free_port()
     env = {
         **os.environ,
@@ -45,7 +47,9 @@ def launch_orbit(dsn: str, log, **env: str) -> subprocess.Popen:
         **env,
     }
     with open(log, "w") as out:
-        proc = subprocess.Popen([script("orbit")], env=env, stdout=out, stderr=out)
+        proc = subprocess.Popen(
+            [script("orbit")], env=env, stdout=out, stderr=out, start_new_session=new_session
+        )
     url = proc.url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
