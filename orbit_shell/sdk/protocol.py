@@ -1,18 +1,25 @@
 """What a handler receives and raises, and the W5 checks every assignment passes first.
 
 :class:`TaskEvent` is a handler's argument; :class:`Retry` and :class:`UnknownOutcome` are
-what it raises to say how its attempt ended; :class:`ProtocolGuard` turns a ``task.assign``
-message into a TaskEvent, refusing one that breaks the keyed-concurrency protocol.
+what it raises to say how its attempt ended, and :func:`outcome_of` turns what it did into
+the outcome a worker reports; :class:`ProtocolGuard` turns a ``task.assign`` message into a
+TaskEvent, refusing one that breaks the keyed-concurrency protocol.
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orbit_shell import validation
 from orbit_shell.sdk.models import ProtocolError, parse_token
+
+log = logging.getLogger("orbit.worker")
 
 
 class Retry(Exception):
@@ -104,3 +111,30 @@ class ProtocolGuard:
             deadline_at=task.get("deadline_at"),
         )
         return TaskEvent(attempt_id, wire["attempt_number"], info, token, wire["lease_expires_at"])
+
+
+def outcome_of(handler: Callable[[TaskEvent], Any] | None, event: TaskEvent) -> tuple:
+    """Run ``handler`` on ``event``: ``(outcome, retryable, result, error)`` to report.
+
+    A returned JSON value is ``succeeded``; :class:`Retry` is a retryable failure;
+    :class:`UnknownOutcome` is ``unknown`` (NEEDS_REVIEW); anything else raised, no handler
+    for the task, or a result the server would refuse, is a final failure."""
+    if handler is None:
+        missing = f"no handler for {event.task.handler} {event.task.handler_version}"
+        return "failed", False, None, {"type": "NoHandler", "message": missing}
+    try:
+        result = handler(event)
+        # What the server would refuse must not go in a report: it would refuse the whole
+        # batch, and every other outcome in it with this one (L2).
+        if validation.nests_deeper(json.dumps(result).encode(), validation.MAX_RESULT_DEPTH):
+            raise ValueError(f"result nests deeper than {validation.MAX_RESULT_DEPTH} levels")
+        return "succeeded", False, result, None
+    except Retry as exc:
+        return "failed", True, None, {"type": "Retry", "message": str(exc)}
+    except UnknownOutcome as exc:
+        return "unknown", False, None, {"type": "UnknownOutcome", "message": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a handler's failure is the task's result
+        log.exception(
+            "handler failed", extra={"action": "worker.handler", "attempt_id": event.attempt_id}
+        )
+        return "failed", False, None, {"type": type(exc).__name__, "message": str(exc)}

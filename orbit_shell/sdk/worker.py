@@ -27,7 +27,6 @@ raise :class:`UnknownOutcome` (``unknown`` -> NEEDS_REVIEW), or raise anything e
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import os
 import queue
@@ -40,7 +39,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from orbit_shell import validation
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import (
     ApiError,
@@ -48,9 +46,19 @@ from orbit_shell.sdk.models import (
     ProtocolError,
     UnavailableError,
 )
-from orbit_shell.sdk.protocol import ProtocolGuard, Retry, TaskEvent, UnknownOutcome
+from orbit_shell.sdk.protocol import (
+    ProtocolGuard,
+    Retry,
+    TaskEvent,
+    UnknownOutcome,
+    outcome_of,
+)
 from orbit_shell.sdk.transport import HttpTransport, Transport
 from orbit_shell.validation import BATCH_MAX
+
+# What a worker's module imports from here; Retry, UnknownOutcome and TaskEvent live in
+# protocol.py with the rest of what handlers receive and raise.
+__all__ = ["Retry", "TaskEvent", "UnknownOutcome", "Worker"]
 
 log = logging.getLogger("orbit.worker")
 
@@ -354,7 +362,9 @@ class Worker:
 
     def _execute(self, event: TaskEvent) -> None:
         try:
-            outcome, retryable, result, error = self._call_handler(event)
+            outcome, retryable, result, error = outcome_of(
+                self.handlers.get((event.task.handler, event.task.handler_version)), event
+            )
         except BaseException:
             self._handler_done()
             self._release_slot(event)
@@ -366,35 +376,6 @@ class Worker:
         with self._slots:
             self.inflight.pop(event.attempt_id, None)
             self._slots.notify_all()
-
-    def _call_handler(self, event: TaskEvent) -> tuple[str, bool, Any, Any]:
-        fn = self.handlers.get((event.task.handler, event.task.handler_version))
-        if fn is None:
-            return (
-                "failed",
-                False,
-                None,
-                {
-                    "type": "NoHandler",
-                    "message": f"no handler for {event.task.handler} {event.task.handler_version}",
-                },
-            )
-        try:
-            result = fn(event)
-            # What the server would refuse must not go in a report: it would refuse the whole
-            # batch, and every other outcome in it with this one (L2).
-            if validation.nests_deeper(json.dumps(result).encode(), validation.MAX_RESULT_DEPTH):
-                raise ValueError(f"result nests deeper than {validation.MAX_RESULT_DEPTH} levels")
-            return "succeeded", False, result, None
-        except Retry as exc:
-            return "failed", True, None, {"type": "Retry", "message": str(exc)}
-        except UnknownOutcome as exc:
-            return "unknown", False, None, {"type": "UnknownOutcome", "message": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - a handler's failure is the task's result
-            log.exception(
-                "handler failed", extra={"action": "worker.handler", "attempt_id": event.attempt_id}
-            )
-            return "failed", False, None, {"type": type(exc).__name__, "message": str(exc)}
 
     def _report_loop(self) -> None:
         """Send the handlers' outcomes in order: each report carries what finished within
