@@ -46,8 +46,8 @@ class Config:
     submit_rate: float = 500.0
     submit_burst: int = 1000
     http_connections: int = 1000
-    longpoll_per_credential: int = 64
-    longpoll_max: int = 1024
+    longpoll_per_credential: int = 256
+    longpoll_max: int = 2048
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     db_max_open: int = 32
