@@ -56,6 +56,23 @@ def start_server(dsn: str, workers: int):
     raise RuntimeError("orbit did not start; see .scratch/bench-server.log")
 
 
+def key_handoffs_ms(bench: Bench, queue: int) -> list[float]:
+    """For each key of the queue, in token order, the milliseconds from one attempt's result
+    being recorded to the start of the key's next attempt: how long a freed key stays idle
+    while work waits for it (the hot-keys figure). Keys whose next task was not yet submitted
+    count too; in the unpaced runs the producers stay ahead."""
+    rows = bench.db.query(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, previous, started_at) / 1000 AS ms FROM ("
+        " SELECT a.started_at, LAG(a.finished_at) OVER ("
+        "   PARTITION BY t.concurrency_key ORDER BY a.concurrency_token) AS previous"
+        " FROM tasks t JOIN attempts a ON a.task_id = t.id"
+        " WHERE t.queue_id = %s AND t.concurrency_key <> '' AND a.started_at IS NOT NULL"
+        ") handed WHERE previous IS NOT NULL",
+        (queue,),
+    )
+    return [float(r["ms"]) for r in rows]
+
+
 def e2e(
     bench: Bench,
     url: str,
@@ -171,6 +188,7 @@ def e2e(
         (row["id"],),
     )
     ms = [float(r["ms"]) for r in lat]
+    handoff = key_handoffs_ms(bench, row["id"]) if keys else []
     rss: list[int] = []
     readies: list[float] = []
     cpu_s = 0.0
@@ -218,6 +236,9 @@ def e2e(
         "submit_per_s": tasks / submit_s,
         "submit_to_start_p50_ms": pct(ms, 50),
         "submit_to_start_p99_ms": pct(ms, 99),
+        # A key's turn: from one task's result recorded to the start of the key's next one.
+        "key_handoff_p50_ms": pct(handoff, 50),
+        "key_handoff_p99_ms": pct(handoff, 99),
         "sdk_worker_peak_rss_mib": max(rss, default=0) / 1024,
         # The SDK workers' own CPU (after start-up) per task: the client's share of a round.
         "sdk_worker_cpu_ms_per_task": 1000 * cpu_s / done["n"] if done["n"] else 0.0,

@@ -108,6 +108,7 @@ def run_procedure(
             low["touch_ratio_to_ceiling"] = low["touch_calls_per_s"] / ceiling
             low["ratio_to_ceiling_bound"] = low["tasks_per_s"] * low["commits_per_task"] / ceiling
             low["orbit_vs_floor"] = per_app["tasks_per_s"] / low["tasks_per_s"]
+            low["orbit_one_application_vs_floor"] = proc["tasks_per_s"] / low["tasks_per_s"]
             print(
                 f"procedure floor (not Orbit): the ceiling's UPDATE as a procedure "
                 f"{low['touch_calls_per_s']:.0f} calls/s, {low['touch_ratio_to_ceiling']:.2f} "
@@ -197,8 +198,17 @@ def run_blocked(bench: Bench, args, parts: set[str], results: dict, began: dict)
             )
 
 
-def run_served(bench: Bench, dsn: str, args, parts: set[str], results: dict, began: dict) -> None:
-    """The parts that need an `orbit` server: peer and e2e, then their figures."""
+def run_served(
+    bench: Bench,
+    dsn: str,
+    args,
+    parts: set[str],
+    results: dict,
+    began: dict,
+    scenarios: set[str] | None = None,
+) -> None:
+    """The parts that need an `orbit` server: peer and e2e (``scenarios`` of it, or all),
+    then their figures."""
     if parts & {"e2e", "peer"}:
         proc_server, url = start_server(dsn, workers=4)
         try:
@@ -235,6 +245,7 @@ def run_served(bench: Bench, dsn: str, args, parts: set[str], results: dict, beg
                         rate=rate,
                     )
                     for name, count, keys, batch, capacity, rate in runs
+                    if scenarios is None or name in scenarios
                 ]
                 children = subprocess.run(
                     ["pgrep", "-P", str(proc_server.pid)], capture_output=True, text=True
@@ -258,6 +269,12 @@ def run_served(bench: Bench, dsn: str, args, parts: set[str], results: dict, beg
                     for k, v in r["attempts_per_request"].items()
                     if k != "claim_empty"
                 )
+                + (
+                    f"; key handoff p50 {r['key_handoff_p50_ms']:.1f} ms "
+                    f"p99 {r['key_handoff_p99_ms']:.1f} ms"
+                    if r["keys"]
+                    else ""
+                )
                 + f"; empty claims {r['worker_requests'].get('claim_empty', 0)}; SDK worker "
                 + f"CPU {r['sdk_worker_cpu_ms_per_task']:.2f} ms/task; "
                 + locks_text(r)
@@ -272,19 +289,20 @@ def run_served(bench: Bench, dsn: str, args, parts: set[str], results: dict, beg
             )
 
 
-def finish(results: dict, began: dict) -> None:
-    """Each part's seconds and the targets, printed; the results written (ignored by git)."""
-    ends = [*list(began.values())[1:], time.monotonic()]
-    results["part_seconds"] = {
-        part: round(end - start, 1) for (part, start), end in zip(began.items(), ends, strict=True)
-    }
-    print(
-        "seconds: "
-        + ", ".join(f"{part} {took:.0f}" for part, took in results["part_seconds"].items()),
-        flush=True,
-    )
-    results["targets"] = targets.summary(results)
-    print(targets.text(results["targets"]), flush=True)
+def finish(results: dict) -> None:
+    """Each part's seconds and the targets of each profile, printed; the results written
+    (ignored by git)."""
+    for ran in (results, results.get("production")):
+        if not ran:
+            continue
+        print(
+            f"seconds ({ran['profile']}): "
+            + ", ".join(f"{part} {took:.0f}" for part, took in ran["part_seconds"].items()),
+            flush=True,
+        )
+        ran["targets"] = targets.summary(ran)
+        prefix = "" if ran is results else "production: "
+        print("\n".join(prefix + line for line in targets.text(ran["targets"]).splitlines()))
     out = ROOT / "bench" / "results" / (time.strftime("%Y%m%dT%H%M%S") + ".json")
     out.parent.mkdir(exist_ok=True)  # ignored by git: results are printed, not committed
     out.write_text(json.dumps(results, indent=2) + "\n")
@@ -318,6 +336,15 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser.add_argument(
         "--batch", type=int, default=100, help="tasks per submission request of the e2e producers"
     )
+    parser.add_argument(
+        "--profile",
+        choices=["both", "default", "production"],
+        default="both",
+        help="default: a private server as MariaDB ships; production: binary log synced per "
+        "commit and each flush 1 ms slower (what a server with replicas runs on a disk without "
+        "a write cache), for the ceiling, procedure and e2e parts; both (the default): one "
+        "after the other, side by side",
+    )
     args = parser.parse_args()
     if not 1 <= args.threads <= 64:
         parser.error("--threads must be 1-64 (the ceiling updates one of 64 rows per thread)")
@@ -331,23 +358,23 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     return args, parser
 
 
-def private_server(args, parser) -> localdb.PrivateServer:
-    """The bench's own MariaDB, empty, with the binary log and disk the flags ask for."""
-    name = "bench-db" + ("-binlog" if args.binlog else "")
+def private_server(binlog: bool, flush_delay_ms: float, parser) -> localdb.PrivateServer:
+    """The bench's own MariaDB, empty, with the binary log and disk asked for."""
+    name = "bench-db" + ("-binlog" if binlog else "")
     extra = {}
-    if args.flush_delay_ms:
+    if flush_delay_ms:
         name += "-slowflush"
         try:
-            extra = slowdisk.environment(ROOT / ".scratch", args.flush_delay_ms)
+            extra = slowdisk.environment(ROOT / ".scratch", flush_delay_ms)
         except slowdisk.SlowDiskError as exc:
             parser.error(str(exc))
     own = localdb.PrivateServer(
         ROOT / ".scratch" / name,
         localdb.ensure_binaries(),
-        binlog=args.binlog,
+        binlog=binlog,
         environment=extra,
     )
-    if args.flush_delay_ms and own.running():
+    if flush_delay_ms and own.running():
         own.stop()  # left by a run that stopped early, perhaps with another delay
     if not own.running():
         # Every run from an empty server: data left by earlier runs (1.9 GB after a day's
@@ -356,18 +383,30 @@ def private_server(args, parser) -> localdb.PrivateServer:
     return own
 
 
-def main() -> int:
-    args, parser = parse_args()
-    parts = set(args.only or ["ceiling", "procedure", "phases", "blocked", "e2e", "peer"])
-    seconds = 20.0 if args.large else 8.0
+# The production profile: what a server with replicas runs (binary log synced per commit,
+# MySQL 8's default) on a disk whose flush takes a millisecond. The parts and e2e scenarios
+# it runs: those whose figures the hot path is judged by.
+PRODUCTION = {"binlog": True, "flush_delay_ms": 1.0}
+PRODUCTION_PARTS = {"ceiling", "procedure", "e2e"}
+PRODUCTION_SCENARIOS = {"unkeyed", "hot10", "unbatched"}
+
+
+def run_profile(name: str, args, parser, parts: set[str], seconds: float) -> dict:
+    """Every part asked for, on one server: the DSN given, or a private server of the
+    profile (``default``: as MariaDB ships, or as --binlog / --flush-delay-ms say)."""
     dsn = os.environ.get("ORBIT_MYSQL_DSN")
-    own = None if dsn else private_server(args, parser)
-    if own:
+    own = None
+    if not dsn:
+        if name == "production":
+            own = private_server(PRODUCTION["binlog"], PRODUCTION["flush_delay_ms"], parser)
+        else:
+            own = private_server(args.binlog, args.flush_delay_ms, parser)
         dsn = own.start()
     try:
         schema.apply(dsn)
         bench = Bench(dsn)
         results: dict = {
+            "profile": name,
             "when": dt.datetime.now(dt.UTC).isoformat(),
             "threads": args.threads,
             "cores": os.cpu_count(),
@@ -376,20 +415,98 @@ def main() -> int:
         if own:
             # The premise of "the durable-commit limit": what a flush costs on this disk.
             results["server"]["disk_flush_us"] = f"{slowdisk.flush_us(own.datadir):.0f}"
-            results["server"]["flush_delay_ms"] = f"{args.flush_delay_ms:g}"
-        print("server: " + ", ".join(f"{k} {v}" for k, v in results["server"].items()), flush=True)
+            results["server"]["flush_delay_ms"] = (
+                f"{PRODUCTION['flush_delay_ms'] if name == 'production' else args.flush_delay_ms:g}"
+            )
+        print(
+            f"{name} server: " + ", ".join(f"{k} {v}" for k, v in results["server"].items()),
+            flush=True,
+        )
         # When each part began: the default run should finish in under 10 minutes, and on a
         # slow day one part (Procrastinate's keyed drain) takes a fifth of it.
         began: dict[str, float] = {}
+        scenarios = PRODUCTION_SCENARIOS if name == "production" else None
         run_ceiling(bench, args, parts, seconds, results, began)
         run_procedure(bench, dsn, args, parts, seconds, results, began)
         run_phases(bench, parts, results, began)
         run_blocked(bench, args, parts, results, began)
-        run_served(bench, dsn, args, parts, results, began)
-        finish(results, began)
+        run_served(bench, dsn, args, parts, results, began, scenarios)
+        ends = [*list(began.values())[1:], time.monotonic()]
+        results["part_seconds"] = {
+            part: round(end - start, 1)
+            for (part, start), end in zip(began.items(), ends, strict=True)
+        }
+        return results
     finally:
         if own:
             own.stop()
+
+
+def side_by_side(default: dict, production: dict) -> None:
+    """The figures both profiles measured, one line each, with production / default."""
+    rows = []
+    if "procedure" in default and "procedure" in production:
+        for label, get in (
+            ("ceiling, commits/s", lambda r: r["ceiling_commits_per_s"]),
+            ("procedure, one application, tasks/s", lambda r: r["procedure"]["tasks_per_s"]),
+            (
+                "procedure, one application / an application per thread",
+                lambda r: 1 / r["procedure_app_per_thread"]["vs_one_application"],
+            ),
+            (
+                "procedure, one application / the floor cycle",
+                lambda r: r["procedure_floor"].get("orbit_one_application_vs_floor", 0.0),
+            ),
+        ):
+            rows.append((label, get(default), get(production)))
+    by_name = {r["scenario"]: r for r in default.get("e2e", [])}
+    for r in production.get("e2e", []):
+        if r["scenario"] in by_name:
+            d = by_name[r["scenario"]]
+            rows.append((f"e2e {r['scenario']}, tasks/s", d["tasks_per_s"], r["tasks_per_s"]))
+            if r["keys"]:
+                rows.append(
+                    (
+                        f"e2e {r['scenario']}, key handoff p50 / p99 ms",
+                        f"{d['key_handoff_p50_ms']:.1f} / {d['key_handoff_p99_ms']:.1f}",
+                        f"{r['key_handoff_p50_ms']:.1f} / {r['key_handoff_p99_ms']:.1f}",
+                    )
+                )
+    print("profiles: figure | default | production (binlog synced, +1 ms a flush) | ratio")
+    for label, d, p in rows:
+        if isinstance(d, str):
+            print(f"  {label} | {d} | {p}")
+        else:
+            print(f"  {label} | {d:,.2f} | {p:,.2f} | {p / d if d else 0:.2f}x")
+
+
+def main() -> int:
+    args, parser = parse_args()
+    parts = set(args.only or ["ceiling", "procedure", "phases", "blocked", "e2e", "peer"])
+    seconds = 20.0 if args.large else 8.0
+    custom = bool(args.binlog or args.flush_delay_ms or os.environ.get("ORBIT_MYSQL_DSN"))
+    profiles = ["default"] if custom or args.profile == "default" else ["production"]
+    if args.profile == "both" and not custom:
+        profiles = ["default", "production"]
+    results: dict = {}
+    for name in profiles:
+        asked = parts if name == "default" else parts & PRODUCTION_PARTS
+        if not asked:
+            continue
+        if name == "production":
+            try:  # the emulated disk needs a C compiler; say so and run the rest
+                slowdisk.build(ROOT / ".scratch")
+            except slowdisk.SlowDiskError as exc:
+                print(f"production profile: skipped ({exc})", flush=True)
+                continue
+        ran = run_profile(name, args, parser, asked, seconds)
+        if results:
+            results["production"] = ran
+        else:
+            results = ran
+    if "production" in results:
+        side_by_side(results, results["production"])
+    finish(results)
     return 0
 
 
