@@ -7,11 +7,11 @@ import os
 
 import falcon
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+from prometheus_client.registry import Collector
 
 from orbit_shell import errors
 from orbit_shell.engine import schema
 from orbit_shell.server.common import ok
-from orbit_shell.server.dbmetrics import PurgeCollector
 
 
 class Health:
@@ -43,7 +43,8 @@ class Metrics:
     """Prometheus text for the whole server. Under ``orbit`` every gunicorn worker process
     writes its samples to ``PROMETHEUS_MULTIPROC_DIR`` and a scrape adds up all of them,
     whichever worker answers it; without that directory (an app made in-process), the app's
-    own registry. The database's purge gauges (``dbmetrics``) are read at each scrape.
+    own registry. The database's gauges (``dbmetrics``: purge, and per queue what operators
+    alert on) are read at each scrape.
 
     With a ``token`` (``ORBIT_METRICS_TOKEN``) a scrape must send ``Authorization: Bearer
     <token>`` (401 otherwise); without one the page is open to whoever reaches the server
@@ -51,13 +52,14 @@ class Metrics:
 
     auth_exempt = True
 
-    def __init__(self, registry, purge: PurgeCollector, token: str | None = None) -> None:
+    def __init__(self, registry, database: list[Collector], token: str | None = None) -> None:
         self.token = token
         self.registry = registry
-        self.purge = purge
+        self.database = database  # collectors that read the database at each scrape
         self.shared = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
         if not self.shared:
-            registry.register(purge)
+            for collector in database:
+                registry.register(collector)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         if self.token is not None:
@@ -68,7 +70,8 @@ class Metrics:
         if self.shared:
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
-            registry.register(self.purge)
+            for collector in self.database:
+                registry.register(collector)
         resp.content_type = CONTENT_TYPE_LATEST
         resp.data = generate_latest(registry)
 
