@@ -50,10 +50,12 @@ CREATE TABLE `concurrency_resources` (
   `version` bigint(20) unsigned NOT NULL DEFAULT 0 COMMENT 'Advanced by every claim and release of the key',
   `holder_attempt_id` bigint(20) unsigned DEFAULT NULL COMMENT 'attempts.id holding the key permit; NULL = free',
   `candidate_task_id` bigint(20) unsigned DEFAULT NULL COMMENT 'The one READY task of this key while it is free (parking invariant)',
+  `waiting_since` datetime(6) DEFAULT NULL COMMENT 'Since when tasks have waited for this key without a break (UTC); NULL = none waits',
   `created_at` datetime(6) NOT NULL COMMENT 'First use of the key, UTC',
   `updated_at` datetime(6) NOT NULL COMMENT 'Last claim or release, UTC',
   PRIMARY KEY (`id`),
-  UNIQUE KEY `uq_concurrency_resources_key` (`namespace_id`,`concurrency_key`)
+  UNIQUE KEY `uq_concurrency_resources_key` (`namespace_id`,`concurrency_key`),
+  KEY `ix_concurrency_resources_waiting` (`namespace_id`,`waiting_since`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='One row per (namespace, key); never deleted, so tokens only grow';
 
 CREATE TABLE `credential_queues` (

@@ -90,15 +90,16 @@ def task_detail(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def key(row: dict[str, Any]) -> dict[str, Any]:
-    """A concurrency key as ``GET /v1/keys/{key}`` shows it (V1). ``state``: ``held`` (an
-    attempt holds the permit), ``contended`` (held, and tasks parked behind it) or ``idle``.
+    """A concurrency key as ``GET /v1/keys/{key}`` shows it (V1). ``state``: ``contended``
+    (tasks are parked on it, behind its holder or its READY candidate), ``held`` (an attempt
+    holds the permit and nothing is parked) or ``idle``.
     Tokens are decimal strings (K9); ``parked.count_is_lower_bound`` says the count stopped."""
     held = row["holder_attempt_id"] is not None
     parked = row["parked"]
     oldest = row["oldest_parked"]
     return {
         "concurrency_key": row["concurrency_key"],
-        "state": ("contended" if parked else "held") if held else "idle",
+        "state": "contended" if parked else "held" if held else "idle",
         "highest_token": str(row["token"]),
         "holder": {
             "task_id": row["holder_task_id"],

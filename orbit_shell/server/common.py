@@ -11,11 +11,25 @@ import falcon
 
 from orbit_shell import errors
 from orbit_shell.server.scoped import Scope
-from orbit_shell.validation import Shape, check_json_depth
+from orbit_shell.validation import Check, Shape, check_json_depth
 
 # WSGI environ key under which the HTTP worker puts a context manager factory that ends a
 # body read taking too long with errors.RequestTimeout (server/gevent_worker.py).
 BODY_DEADLINE = "orbit.body_deadline"
+
+
+def read_query(req: falcon.Request, checks: dict[str, Check]) -> dict[str, Any]:
+    """A list route's query parameters, each checked; unknown or repeated ones are refused."""
+    params = dict(req.params)
+    unknown = sorted(set(params) - set(checks))
+    if unknown:
+        raise errors.InvalidArgument(
+            "unknown query parameter(s): " + ", ".join(unknown),
+            [{"field": n, "message": "unknown query parameter"} for n in unknown],
+        )
+    if any(isinstance(v, list) for v in params.values()):
+        raise errors.InvalidArgument("query parameters may be given once")
+    return {name: checks[name](name, value) for name, value in params.items()}
 
 
 def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from orbit_shell.server.resources.tasks import LIST_QUERY
+from orbit_shell.server.resources import keys, tasks
 from orbit_shell.server.routes import ROUTES
 from orbit_shell.validation import MAX_KEY_CHARS, ConcurrencyKey, IdempotencyKey
 
@@ -25,6 +25,9 @@ ERROR_CODES = [
     "UNAVAILABLE",
     "INTERNAL",
 ]
+# The list routes' query parameters, as their resources check them.
+QUERIES = {"/v1/tasks": tasks.LIST_QUERY, "/v1/keys": keys.LIST_QUERY}
+
 PARAM_PATTERNS = {
     "number": "^[1-9][0-9]{0,6}$",
     "concurrency_key": ConcurrencyKey.schema["pattern"].replace(")?)?$", ")?)$", 1),
@@ -62,10 +65,10 @@ def build() -> dict[str, Any]:
                         },
                     }
                 )
-            if route.path == "/v1/tasks" and method == "get":
+            if route.path in QUERIES and method == "get":
                 params += [
                     {"name": n, "in": "query", "required": False, "schema": check.schema}
-                    for n, check in LIST_QUERY.items()
+                    for n, check in QUERIES[route.path].items()
                 ]
             operation: dict[str, Any] = {
                 "summary": op.summary,

@@ -117,6 +117,12 @@ ROUTES: list[Route] = [
         {"post": Op("Resolve a NEEDS_REVIEW task", "tasks:manage", v.TASK_RESOLVE)},
     ),
     Route(
+        "/v1/keys",
+        "keys",
+        None,
+        {"get": Op("List held and contended keys, longest wait first, or idle keys", "tasks:read")},
+    ),
+    Route(
         "/v1/keys/{concurrency_key}",
         "keys",
         "item",

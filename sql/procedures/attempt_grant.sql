@@ -55,9 +55,13 @@ BEGIN
         -- Not this key's candidate (cannot happen while the parking invariant holds): park it
         -- rather than grant a second permit.
         UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
+        UPDATE concurrency_resources SET waiting_since = COALESCE(waiting_since, p_now)
+         WHERE id = v_resource;
       ELSEIF v_resource IS NOT NULL AND v_token = 18446744073709551615 THEN
         UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
-        UPDATE concurrency_resources SET candidate_task_id = NULL WHERE id = v_resource;
+        UPDATE concurrency_resources
+           SET candidate_task_id = NULL, waiting_since = COALESCE(waiting_since, p_now)
+         WHERE id = v_resource;
         IF NOT EXISTS (SELECT 1 FROM task_history
                         WHERE task_id = p_task_id AND event = 'TOKEN_SPACE_EXHAUSTED') THEN
           CALL history_add(p_task_id, v_ns, NULL, NULL, 'TOKEN_SPACE_EXHAUSTED', 'WAITING',

@@ -208,10 +208,13 @@ BEGIN
       UPDATE result_rows_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task
          SET t.lane = 'READY', t.updated_at = v_now
        WHERE f.next_task > 0 AND t.lane = 'BLOCKED';
+      -- A key with no task to promote has none waiting for it (key_promote_next's rule).
       UPDATE result_rows_mem f
-        STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task AND t.lane = 'READY'
         STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
-         SET r.candidate_task_id = t.id;
+        LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task AND t.lane = 'READY'
+         SET r.candidate_task_id = COALESCE(t.id, r.candidate_task_id),
+             r.waiting_since = IF(f.next_task = 0, NULL, r.waiting_since)
+       WHERE f.resource_id > 0 AND (t.id IS NOT NULL OR f.next_task = 0);
     END IF;
   END IF;
 

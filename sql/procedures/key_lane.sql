@@ -3,7 +3,7 @@
 -- the parking rule. Creates the key's concurrency_resources row on first use (never deleted,
 -- K7) and locks it. READY when the key has no holder and no candidate and the task's queue is
 -- ACTIVE (the caller then makes the task the key's candidate), else BLOCKED (parked until a
--- release promotes it).
+-- release promotes it). A task parked on a key none waited for starts the key's waiting_since.
 -- Locks: the key's concurrency_resources row.
 CREATE PROCEDURE key_lane(IN p_namespace_id BIGINT UNSIGNED,
                           IN p_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
@@ -13,13 +13,17 @@ CREATE PROCEDURE key_lane(IN p_namespace_id BIGINT UNSIGNED,
 BEGIN
   DECLARE v_holder BIGINT UNSIGNED;
   DECLARE v_candidate BIGINT UNSIGNED;
+  DECLARE v_waiting DATETIME(6);
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
     VALUES (p_namespace_id, p_key, v_now, v_now)
     ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
   SET p_resource_id = LAST_INSERT_ID();
-  SELECT holder_attempt_id, candidate_task_id INTO v_holder, v_candidate
+  SELECT holder_attempt_id, candidate_task_id, waiting_since INTO v_holder, v_candidate, v_waiting
     FROM concurrency_resources WHERE id = p_resource_id FOR UPDATE;
   SET p_lane = IF(v_holder IS NULL AND v_candidate IS NULL AND p_queue_state = 'ACTIVE',
                   'READY', 'BLOCKED');
+  IF p_lane = 'BLOCKED' AND v_waiting IS NULL THEN
+    UPDATE concurrency_resources SET waiting_since = v_now WHERE id = p_resource_id;
+  END IF;
 END

@@ -4,6 +4,7 @@
 -- Picks the best BLOCKED task of the key (priority, id) whose queue is ACTIVE and whose
 -- available_at has passed; tasks still backing off stay parked and are promoted by the due
 -- sweep (procrastinate #1599: a backing-off task must not wait for another release).
+-- When no task is promoted, none waits for the key any more: its waiting_since is cleared.
 -- Index: ix_tasks_key_lane (namespace_id, concurrency_key, lane, priority, id), read in order
 -- from the key's first parked row. The key is read into variables first: joined to the
 -- resource row (or with the queue check as an IN subquery, which becomes a semi-join), MariaDB
@@ -29,5 +30,8 @@ BEGIN
   IF v_task IS NOT NULL THEN
     UPDATE tasks SET lane = 'READY', updated_at = v_now WHERE id = v_task;
     UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = p_resource_id;
+  ELSE
+    UPDATE concurrency_resources SET waiting_since = NULL
+     WHERE id = p_resource_id AND waiting_since IS NOT NULL;
   END IF;
 END

@@ -51,6 +51,10 @@ BEGIN
         IF v_lane = 'READY' THEN
           CALL task_leave_lane(v_next);
           UPDATE tasks SET lane = 'BLOCKED' WHERE id = v_next;
+          UPDATE tasks t STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
+              ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
+             SET r.waiting_since = COALESCE(r.waiting_since, v_now)
+           WHERE t.id = v_next;
         END IF;
       END LOOP;
     ELSE

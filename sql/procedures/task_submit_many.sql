@@ -133,6 +133,10 @@ BEGIN
              f.lane = IF(r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL AND k.seq IS NOT NULL,
                          'READY', 'BLOCKED')
        WHERE f.concurrency_key <> '';
+      UPDATE submit_fast_mem f
+        STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+         SET r.waiting_since = v_now
+       WHERE f.lane = 'BLOCKED' AND r.waiting_since IS NULL;
     END IF;
     INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, idempotency_key,
                        handler, handler_version, payload_version, payload, business_key,

@@ -20,7 +20,8 @@ def test_v1_a_key_shows_its_holder_token_ready_and_parked_tasks(client, tenant):
     ]
     session = Session(client, tenant, capacity=1, worker_id="key-worker")
     idle = _key(client, tenant.headers, "obj/1 é").json["data"]
-    assert (idle["state"], idle["holder"], idle["ready_task_id"]) == ("idle", None, ids[0])
+    # Free, with a READY candidate and two tasks parked behind it: contended, not held.
+    assert (idle["state"], idle["holder"], idle["ready_task_id"]) == ("contended", None, ids[0])
     assert idle["parked"]["count"] == 2 and idle["highest_token"] == "0"
     [granted] = session.claim(1)
     key = _key(client, tenant.headers, "obj/1 é").json["data"]
@@ -41,7 +42,7 @@ def test_v1_a_key_shows_its_holder_token_ready_and_parked_tasks(client, tenant):
     session.finish(granted["attempt_id"])
     after = _key(client, tenant.headers, "obj/1 é").json["data"]
     assert (after["state"], after["ready_task_id"], after["parked"]["count"]) == (
-        "idle",
+        "contended",
         ids[1],
         1,
     )
@@ -64,3 +65,108 @@ def test_v1_keys_are_byte_exact_scoped_and_404_when_never_used(
     assert _key(client, tenant.headers, "q2/k").status_code == 200
     assert _key(client, mine, "q2/k").status_code == 404  # none of its tasks in my queues
     assert client.simulate_delete("/v1/keys/Case%2FKey", headers=tenant.headers).status_code == 405
+
+
+def _list(client, headers, **params):
+    result = client.simulate_get("/v1/keys", headers=headers, params=params)
+    assert result.status_code == 200, result.text
+    return result.json["data"]
+
+
+def _walk(client, headers, **params) -> list[str]:
+    """Every key of a listing, one page of one key at a time through the cursors."""
+    seen, cursor = [], None
+    while True:
+        page = _list(client, headers, limit=1, **params, **({"cursor": cursor} if cursor else {}))
+        seen += [k["concurrency_key"] for k in page["keys"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return seen
+
+
+def _waiting_since(database, tenant, key: str):
+    [row] = database.query(
+        "SELECT r.waiting_since FROM concurrency_resources r JOIN queues q "
+        "ON q.namespace_id = r.namespace_id WHERE q.public_id = %s AND r.concurrency_key = %s",
+        (tenant.queue_id, key),
+    )
+    return row["waiting_since"]
+
+
+def test_v1_key_list_orders_busy_keys_by_longest_wait_and_pages_them(client, tenant, database):
+    for key in ("a/1", "a/1", "b/2", "b/2", "b/2"):  # a/1 parks first, then b/2
+        submit(client, tenant, None, 201, concurrency_key=key)
+    session = Session(client, tenant, capacity=8)
+    submit(client, tenant, None, 201, concurrency_key="c/3")
+    grants = {g["task"]["concurrency_key"]: g for g in session.claim(8)}
+    assert sorted(grants) == ["a/1", "b/2", "c/3"]  # c/3 is held; nothing waits for it
+    submit(client, tenant, None, 201, concurrency_key="d/4")  # READY, nothing parked: idle
+
+    busy = _list(client, tenant.headers)
+    assert [(k["concurrency_key"], k["state"]) for k in busy["keys"]] == [
+        ("a/1", "contended"),
+        ("b/2", "contended"),
+        ("c/3", "held"),
+    ]
+    assert busy["keys"][1]["parked"]["count"] == 2 and busy["next_cursor"] is None
+    assert busy["keys"][2]["holder"]["concurrency_token"] == "1"
+    assert _walk(client, tenant.headers) == ["a/1", "b/2", "c/3"]
+    assert _walk(client, tenant.headers, state="contended") == ["a/1", "b/2"]
+    assert _walk(client, tenant.headers, state="held") == ["a/1", "b/2", "c/3"]
+    assert _walk(client, tenant.headers, state="idle") == ["d/4"]
+    assert _walk(client, tenant.headers, prefix="b/") == ["b/2"]
+    assert _walk(client, tenant.headers, state="idle", prefix="a") == []
+
+    # a/1's parked task is promoted by the release: nothing parked, nothing held, so it leaves
+    # the busy list; its waiting_since goes when a release finds nothing left to promote.
+    session.start(grants["a/1"]["attempt_id"])
+    assert session.finish(grants["a/1"]["attempt_id"]).status_code == 200
+    assert _walk(client, tenant.headers) == ["b/2", "c/3"]
+    assert _waiting_since(database, tenant, "a/1") is not None
+    [next_a] = [g for g in session.claim(8) if g["task"]["concurrency_key"] == "a/1"]
+    session.start(next_a["attempt_id"])
+    assert session.finish(next_a["attempt_id"]).status_code == 200
+    assert _waiting_since(database, tenant, "a/1") is None
+    assert "a/1" in _walk(client, tenant.headers, state="idle")
+
+
+def test_v1_key_list_cancelling_the_last_parked_task_ends_the_wait(client, tenant, database):
+    first, parked = (
+        submit(client, tenant, None, 201, concurrency_key="x/1").json["data"]["task_id"]
+        for _ in range(2)
+    )
+    assert _waiting_since(database, tenant, "x/1") is not None
+    for task in (parked, first):  # the parked one, then the READY candidate
+        cancel = client.simulate_post(f"/v1/tasks/{task}/cancel", headers=tenant.headers)
+        assert cancel.status_code == 200, cancel.text
+    assert _waiting_since(database, tenant, "x/1") is None
+    assert _walk(client, tenant.headers) == []
+    assert _walk(client, tenant.headers, state="idle") == ["x/1"]
+
+
+def test_v1_key_list_is_scoped_and_refuses_bad_parameters(client, tenant, tenant_factory, database):
+    for _ in range(2):
+        submit(client, tenant, None, 201, concurrency_key="mine/1")
+    q2 = client.simulate_post("/v1/queues", headers=tenant.headers, json={"name": "k2"})
+    for _ in range(2):
+        submit(
+            client, tenant, None, 201, queue_id=q2.json["data"]["queue_id"], concurrency_key="q2/1"
+        )
+    assert _walk(client, tenant.headers) == ["mine/1", "q2/1"]
+    assert _walk(client, limited_credential(database, tenant, "tasks:read")) == ["mine/1"]
+    stranger = tenant_factory()
+    assert _walk(client, stranger.headers) == []
+    assert _walk(client, stranger.headers, state="idle") == []
+    for params in (
+        {"state": "stuck"},
+        {"cursor": "12"},
+        {"cursor": "1.x"},
+        {"cursor": "99999999999999999.1"},
+        {"limit": "0"},
+        {"prefix": ""},
+        {"sort": "name"},
+    ):
+        result = client.simulate_get("/v1/keys", headers=tenant.headers, params=params)
+        assert result.status_code == 400, (params, result.text)
+        assert result.json["error"]["code"] == "INVALID_ARGUMENT"
+    assert client.simulate_get("/v1/keys").status_code == 401

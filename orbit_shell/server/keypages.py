@@ -1,0 +1,162 @@
+"""Pages of concurrency keys (``GET /v1/keys``, V1), longest wait first, through indexes only.
+
+A key's wait is since when tasks have waited for it without a break (the key row's
+``waiting_since``, which parking sets and a release with nothing left to promote clears); a
+held key nothing waits for ranks by since when its holder holds it. Two index-ordered streams
+give the busy keys: the namespace's keys by ``waiting_since`` (``ix_concurrency_resources_waiting``)
+and its LEASED and RUNNING keyed attempts (``ix_attempts_queue_lease``, as many rows as
+attempts in flight). Idle keys come in the order of their first use, along the same index's
+``waiting_since IS NULL`` range (its rows end with the key row's id). No read walks
+the parked tasks: each key on a page is then read as ``GET /v1/keys/{key}`` reads it, so its
+parked count and oldest parked task are exact and its tasks respect the credential's queues.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from orbit_shell import errors
+from orbit_shell.server.scoped import Scope
+
+STATES = ("held", "contended", "idle")
+# A page ends at (sort time in microseconds, key row id); idle keys page by the id alone. Every
+# string of this form is a cursor (one of another listing starts at its key row id).
+# (16 digits of microseconds reach past the year 2200, 18 of id stay below 2**63.)
+CURSOR_PATTERN = r"^[0-9]{1,16}\.[0-9]{1,18}$"
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _micros(at: dt.datetime) -> int:
+    return (at - EPOCH) // dt.timedelta(microseconds=1)
+
+
+def _like(prefix: str | None) -> tuple[str, list[Any]]:
+    if not prefix:
+        return "", []
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return " AND r.concurrency_key LIKE %s", [escaped + "%"]
+
+
+def _decode(cursor: str | None) -> tuple[dt.datetime, int] | None:
+    if cursor is None:
+        return None
+    micros, rid = (int(part) for part in cursor.split("."))
+    return EPOCH + dt.timedelta(microseconds=micros), rid
+
+
+def _encode(at: dt.datetime, rid: int) -> str:
+    return f"{_micros(at)}.{rid}"
+
+
+class KeyPages:
+    """One page of keys for one scope; each key as ``Scope.key`` reads it."""
+
+    def __init__(self, scope: Scope, prefix: str | None) -> None:
+        self.s = scope
+        self.like, self.like_args = _like(prefix)
+
+    def page(self, state: str | None, cursor: str | None, limit: int) -> tuple[list, str | None]:
+        if state == "idle":
+            return self._idle(_decode(cursor), limit)
+        return self._busy(state, _decode(cursor), limit)
+
+    # Busy keys: held or contended ------------------------------------------------------------
+    def _waiting(self, after: tuple | None, n: int) -> list[dict[str, Any]]:
+        at, rid = after or (EPOCH, 0)
+        return self.s.db.query(
+            "SELECT r.id, r.concurrency_key, r.waiting_since AS sort_at "
+            "FROM concurrency_resources r FORCE INDEX (ix_concurrency_resources_waiting) "
+            "WHERE r.namespace_id = %s AND r.waiting_since IS NOT NULL "
+            "AND (r.waiting_since > %s OR (r.waiting_since = %s AND r.id > %s))"
+            + self.like
+            + " ORDER BY r.waiting_since, r.id LIMIT %s",
+            [self.s.namespace_id, at, at, rid, *self.like_args, n],
+        )
+
+    def _held(self, after: tuple | None, n: int, only_unwaited: bool) -> list[dict[str, Any]]:
+        """Keys held by the namespace's attempts in flight, by COALESCE(waiting_since, holder
+        since); ``only_unwaited`` leaves out keys the waiting stream lists."""
+        at, rid = after or (EPOCH, 0)
+        queues = [q["id"] for q in self.s.queues()] or [0]
+        marks = ", ".join(["%s"] * len(queues))
+        sort = "COALESCE(r.waiting_since, a.created_at)"
+        return self.s.db.query(
+            f"SELECT r.id, r.concurrency_key, {sort} AS sort_at "
+            "FROM attempts a FORCE INDEX (ix_attempts_queue_lease) "
+            "JOIN tasks t ON t.id = a.task_id "
+            "JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) "
+            "ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key "
+            f"WHERE a.queue_id IN ({marks}) AND a.state IN ('LEASED', 'RUNNING') "
+            "AND a.concurrency_token > 0 AND r.holder_attempt_id = a.id "
+            + ("AND r.waiting_since IS NULL " if only_unwaited else "")
+            + f"AND ({sort} > %s OR ({sort} = %s AND r.id > %s))"
+            + self.like
+            + f" ORDER BY {sort}, r.id LIMIT %s",
+            [*queues, at, at, rid, *self.like_args, n],
+        )
+
+    def _busy(self, state: str | None, after: tuple | None, limit: int) -> tuple[list, str | None]:
+        out: list[dict[str, Any]] = []
+        last: tuple | None = None
+        chunk = limit + 1
+        while True:
+            rows: list[dict[str, Any]] = []
+            if state in (None, "contended"):
+                rows += self._waiting(after, chunk)
+            if state in (None, "held"):
+                rows += self._held(after, chunk, only_unwaited=state is None)
+            rows.sort(key=lambda r: (r["sort_at"], r["id"]))
+            rows = rows[:chunk]
+            for r in rows:
+                key = self._visible(r["concurrency_key"])
+                after = (r["sort_at"], r["id"])
+                if key is None or not self._in_state(key, state):
+                    continue
+                if len(out) == limit:
+                    return out, _encode(*last)
+                out.append(key)
+                last = after
+            if len(rows) < chunk:
+                return out, None
+
+    @staticmethod
+    def _in_state(key: dict[str, Any], state: str | None) -> bool:
+        held = key["holder_attempt_id"] is not None
+        if state == "held":
+            return held
+        if state == "contended":
+            return key["parked"] > 0
+        return held or key["parked"] > 0
+
+    def _visible(self, concurrency_key: str) -> dict[str, Any] | None:
+        try:
+            return self.s.key(concurrency_key)
+        except errors.NotFound:
+            return None
+
+    # Idle keys ----------------------------------------------------------------------------------
+    def _idle(self, after: tuple | None, limit: int) -> tuple[list, str | None]:
+        rid = after[1] if after else 0
+        out: list[dict[str, Any]] = []
+        while True:
+            rows = self.s.db.query(
+                "SELECT r.id, r.concurrency_key FROM concurrency_resources r "
+                "FORCE INDEX (ix_concurrency_resources_waiting) "
+                "WHERE r.namespace_id = %s AND r.waiting_since IS NULL AND r.id > %s "
+                "AND r.holder_attempt_id IS NULL"
+                + self.like
+                + " ORDER BY r.id LIMIT %s",
+                [self.s.namespace_id, rid, *self.like_args, limit + 1],
+            )
+            for r in rows:
+                key = self._visible(r["concurrency_key"])
+                if key is None or key["holder_attempt_id"] is not None or key["parked"]:
+                    rid = r["id"]
+                    continue
+                if len(out) == limit:
+                    return out, _encode(EPOCH, rid)
+                out.append(key)
+                rid = r["id"]
+            if len(rows) <= limit:
+                return out, None
