@@ -6,6 +6,7 @@ import falcon
 
 from orbit_shell import validation
 from orbit_shell.engine import serialize
+from orbit_shell.server import actions
 from orbit_shell.server.common import ok, read_json, scope
 
 
@@ -47,6 +48,4 @@ class Queues:
     def _set_state(self, req, resp, queue_id: str, state: str) -> None:
         s = scope(req, "queues:manage")
         read_json(req, validation.EMPTY, self.max_body)
-        s.queue(queue_id)  # NOT_FOUND outside the credential's queue scope
-        s.db.call("queue_set_state", s.namespace_id, queue_id, state)
-        ok(req, resp, serialize.queue(s.queue(queue_id)))
+        ok(req, resp, serialize.queue(actions.set_queue_state(s, queue_id, state)))

@@ -12,7 +12,7 @@ import falcon
 
 from orbit_shell import errors, validation
 from orbit_shell.engine import serialize
-from orbit_shell.server import schedules
+from orbit_shell.server import actions, schedules
 from orbit_shell.server.common import ok, read_json, scope
 
 COLUMNS = (
@@ -57,20 +57,30 @@ def _visible(s, rows: list[dict], allowed: set[str] | None) -> bool:
     )
 
 
+def schedule_row(s, schedule_id: str) -> dict:
+    """The schedule with its current version; NOT_FOUND outside the namespace or when its
+    task's queue is outside the credential's queue scope (SPEC 1, L4)."""
+    rows = s.db.query(
+        f"SELECT {COLUMNS} {FROM} WHERE s.public_id = %s AND s.namespace_id = %s",
+        (schedule_id, s.namespace_id),
+    )
+    if not rows or not _visible(s, rows, _queue_scope(s)):
+        raise errors.NotFound("schedule not found")
+    return rows[0]
+
+
+def schedule_list(s) -> list[dict]:
+    """The namespace's schedules whose current task the credential's queues take in."""
+    rows = s.db.query(
+        f"SELECT {COLUMNS} {FROM} WHERE s.namespace_id = %s ORDER BY s.id", (s.namespace_id,)
+    )
+    allowed = _queue_scope(s)
+    return [r for r in rows if _visible(s, [r], allowed)]
+
+
 class Schedules:
     def __init__(self, max_body: int) -> None:
         self.max_body = max_body
-
-    def _row(self, s, schedule_id: str) -> dict:
-        """The schedule with its current version; NOT_FOUND outside the namespace or when its
-        task's queue is outside the credential's queue scope (SPEC 1, L4)."""
-        rows = s.db.query(
-            f"SELECT {COLUMNS} {FROM} WHERE s.public_id = %s AND s.namespace_id = %s",
-            (schedule_id, s.namespace_id),
-        )
-        if not rows or not _visible(s, rows, _queue_scope(s)):
-            raise errors.NotFound("schedule not found")
-        return rows[0]
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "queues:manage")
@@ -89,24 +99,20 @@ class Schedules:
             validation.stored_json(body["definition"]),
             rule.next_after(schedules.utcnow()),
         )
-        ok(req, resp, _view(self._row(s, row["schedule_id"])), falcon.HTTP_201)
+        ok(req, resp, _view(schedule_row(s, row["schedule_id"])), falcon.HTTP_201)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "tasks:read")
-        rows = s.db.query(
-            f"SELECT {COLUMNS} {FROM} WHERE s.namespace_id = %s ORDER BY s.id", (s.namespace_id,)
-        )
-        allowed = _queue_scope(s)
-        ok(req, resp, [_view(r) for r in rows if _visible(s, [r], allowed)])
+        ok(req, resp, [_view(r) for r in schedule_list(s)])
 
     def on_get_item(self, req: falcon.Request, resp: falcon.Response, schedule_id: str) -> None:
         s = scope(req, "tasks:read")
-        ok(req, resp, _view(self._row(s, schedule_id)))
+        ok(req, resp, _view(schedule_row(s, schedule_id)))
 
     def on_post_versions(self, req, resp, schedule_id: str) -> None:
         s = scope(req, "queues:manage")
         body = read_json(req, schedules.SCHEDULE_VERSION, self.max_body)
-        current = self._row(s, schedule_id)
+        current = schedule_row(s, schedule_id)
         rule = body.get("rule") or schedules.rule_of(current)
         definition = body.get("definition") or json.loads(current["definition"])
         s.queue(definition["task"]["queue_id"])
@@ -121,7 +127,7 @@ class Schedules:
             validation.stored_json(definition),
             rule.next_after(schedules.utcnow()),
         )
-        ok(req, resp, _view(self._row(s, schedule_id)), falcon.HTTP_201)
+        ok(req, resp, _view(schedule_row(s, schedule_id)), falcon.HTTP_201)
 
     def on_post_pause(self, req, resp, schedule_id: str) -> None:
         self._set_state(req, resp, schedule_id, "PAUSED")
@@ -132,13 +138,4 @@ class Schedules:
     def _set_state(self, req, resp, schedule_id: str, state: str) -> None:
         s = scope(req, "queues:manage")
         read_json(req, validation.EMPTY, self.max_body)
-        current = self._row(s, schedule_id)
-        # A resume continues from now: the paused period is not replayed.
-        s.db.call(
-            "schedule_set_state",
-            s.namespace_id,
-            schedule_id,
-            state,
-            schedules.rule_of(current).next_after(schedules.utcnow()),
-        )
-        ok(req, resp, _view(self._row(s, schedule_id)))
+        ok(req, resp, _view(actions.set_schedule_state(s, schedule_id, state)))

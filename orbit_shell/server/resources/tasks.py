@@ -6,7 +6,8 @@ import falcon
 
 from orbit_shell import errors, validation
 from orbit_shell.engine import batches, serialize
-from orbit_shell.server.common import in_scope_batch, item, ok, read_json, scope
+from orbit_shell.server import actions
+from orbit_shell.server.common import in_scope_batch, item, ok, read_json, read_query, scope
 from orbit_shell.server.guard import SubmitGuard
 from orbit_shell.server.scoped import CURSOR_PATTERN, MAX_PAGE, decode_cursor, encode_cursor
 
@@ -98,21 +99,12 @@ class Tasks:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "tasks:read")
-        params = dict(req.params)
-        unknown = sorted(set(params) - set(LIST_QUERY))
-        if unknown:
-            raise errors.InvalidArgument(
-                "unknown query parameter(s): " + ", ".join(unknown),
-                [{"field": n, "message": "unknown query parameter"} for n in unknown],
-            )
-        if any(isinstance(v, list) for v in params.values()):
-            raise errors.InvalidArgument("query parameters may be given once")
-        query = {name: LIST_QUERY[name](name, value) for name, value in params.items()}
+        query = read_query(req, LIST_QUERY)
         filters = {k: v for k, v in query.items() if k in FILTERS}
         if "queue_id" in filters:
             filters["queue_id"] = s.queue(filters["queue_id"])["id"]
         limit = query.get("limit", 50)
-        rows = s.tasks(filters, decode_cursor(params.get("cursor", "0")), limit + 1)
+        rows = s.tasks(filters, decode_cursor(query.get("cursor", "0")), limit + 1)
         page = rows[:limit]
         cursor = encode_cursor(page[-1]["id"]) if len(rows) > limit else None
         ok(req, resp, {"tasks": [serialize.task_summary(r) for r in page], "next_cursor": cursor})
@@ -160,18 +152,13 @@ class Tasks:
     def on_post_cancel(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
         s = scope(req, "tasks:manage")
         read_json(req, validation.EMPTY, self.max_body)
-        s.task(task_id)
-        s.db.call("task_cancel", s.namespace_id, task_id, s.principal.actor)
-        ok(req, resp, _as_read_scope_allows(s, s.task(task_id)))
+        ok(req, resp, _as_read_scope_allows(s, actions.cancel_task(s, task_id)))
 
     def on_post_resolve(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
         s = scope(req, "tasks:manage")
         body = read_json(req, validation.TASK_RESOLVE, self.max_body)
-        s.task(task_id)
-        s.db.call(
-            "task_resolve", s.namespace_id, task_id, body["state"], s.principal.actor, body["note"]
-        )
-        ok(req, resp, _as_read_scope_allows(s, s.task(task_id)))
+        row = actions.resolve_task(s, task_id, body["state"], body["note"])
+        ok(req, resp, _as_read_scope_allows(s, row))
 
 
 def _as_read_scope_allows(s, row: dict) -> dict:
