@@ -2,7 +2,8 @@
 
 Every response is JSON in the envelope: ``{"data": ..., "request_id"}`` on success and
 ``{"error": {"code", "message", "details"}, "request_id"}`` on failure, including unknown
-routes, bad JSON, oversized bodies and unexpected exceptions (logged, never shown).
+routes, bad JSON, oversized bodies and unexpected exceptions (logged, never shown). The
+operator dashboard under ``/ui/`` answers HTML pages instead (``server/ui``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from orbit_shell.server.resources.system import Health, Metrics, OpenApi, Ready
 from orbit_shell.server.resources.tasks import Tasks
 from orbit_shell.server.resources.workers import Workers
 from orbit_shell.server.routes import ROUTES
+from orbit_shell.server.ui import pages as dashboard
 from orbit_shell.validation import HEX32
 
 log = logging.getLogger("orbit.api")
@@ -173,6 +175,7 @@ def create_app(
     for route in ROUTES:
         kwargs = {"suffix": route.suffix} if route.suffix else {}
         app.add_route(route.falcon_path, resources[route.resource], **kwargs)
+    dashboard.mount(app, database)
     # Most specific first: Falcon picks the handler of the nearest class in the MRO.
     app.add_error_handler(Exception, _unexpected)
     app.add_error_handler(falcon.HTTPError, _http_error)

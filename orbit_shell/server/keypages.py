@@ -144,9 +144,7 @@ class KeyPages:
                 "SELECT r.id, r.concurrency_key FROM concurrency_resources r "
                 "FORCE INDEX (ix_concurrency_resources_waiting) "
                 "WHERE r.namespace_id = %s AND r.waiting_since IS NULL AND r.id > %s "
-                "AND r.holder_attempt_id IS NULL"
-                + self.like
-                + " ORDER BY r.id LIMIT %s",
+                "AND r.holder_attempt_id IS NULL" + self.like + " ORDER BY r.id LIMIT %s",
                 [self.s.namespace_id, rid, *self.like_args, limit + 1],
             )
             for r in rows:

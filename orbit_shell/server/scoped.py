@@ -198,6 +198,9 @@ class Scope:
                 where.append(f"t.{column} = %s")
                 args.append(filters[column])
                 indexes.append(index)
+        if "handler" in filters:  # the dashboard's filter; no index, read along another one
+            where.append("t.handler = %s")
+            args.append(filters["handler"])
         extra, extra_args = self._queue_filter("t.queue_id")
         hint = f"FORCE INDEX ({', '.join(indexes or ['ix_tasks_ns'])})"
         return self.db.query(

@@ -1,0 +1,361 @@
+"""The operator dashboard under ``/ui/``: server-rendered pages over the API's scoped reads.
+
+Every page authenticates with the signed-in credential (``session.principal``) and reads
+through ``Scope`` (namespace and queue scope, SPEC 1), the key pages through ``KeyPages``;
+every change goes through ``actions``, the functions the API calls. A page offers only the
+actions the credential's scopes allow, and a POST is refused without the page's CSRF token.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import falcon
+import jinja2
+from markupsafe import Markup
+
+from orbit_shell import errors, validation
+from orbit_shell.engine import serialize
+from orbit_shell.engine.db import Database
+from orbit_shell.server import actions, auth, keypages
+from orbit_shell.server.resources.schedules import _view as schedule_view
+from orbit_shell.server.resources.schedules import schedule_list
+from orbit_shell.server.resources.tasks import STATES
+from orbit_shell.server.scoped import Scope, decode_cursor, encode_cursor
+from orbit_shell.server.ui import reads, session
+
+TEMPLATES = Path(__file__).parent / "templates"
+PAGE = 50
+MAX_FORM_BYTES = 16_384
+
+
+def _ago(at: dt.datetime | None, now: dt.datetime) -> str:
+    if at is None:
+        return ""
+    seconds = (now - at).total_seconds()
+    later, seconds = seconds < 0, abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            text = f"{int(seconds // size)} {unit}"
+            break
+    else:
+        text = f"{int(seconds)} s"
+    return f"in {text}" if later else f"{text} ago"
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["keypath"] = lambda key: quote(key, safe="")
+    return env
+
+
+class Dashboard:
+    """All ``/ui`` routes; Falcon suffixes name the pages."""
+
+    auth_exempt = True  # the cookie, not an Authorization header, signs a page in
+
+    def __init__(self, database: Database) -> None:
+        self.db = database
+        self.env = _environment()
+
+    # Rendering ------------------------------------------------------------------------------
+    def _render(self, req, resp, name: str, status=falcon.HTTP_200, **context: Any) -> None:
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+        def when(at: dt.datetime | str | None) -> Markup | str:
+            """A time shown both ways: relative, and absolute in UTC (a datetime from a row, or
+            the ISO text an API representation holds)."""
+            if at is None:
+                return "—"
+            if isinstance(at, str):
+                at = dt.datetime.fromisoformat(at.removesuffix("Z"))
+            return Markup('<time datetime="{0}">{1}</time> <small>{2} UTC</small>').format(
+                serialize.iso(at), _ago(at, now), at.strftime("%Y-%m-%d %H:%M:%S")
+            )
+
+        resp.status = status
+        resp.content_type = falcon.MEDIA_HTML
+        resp.set_header("Cache-Control", "no-store")
+        resp.set_header("X-Frame-Options", "DENY")
+        resp.set_header(
+            "Content-Security-Policy",
+            "default-src 'self'; style-src 'unsafe-inline'; script-src 'none'; "
+            "frame-ancestors 'none'; form-action 'self'",
+        )
+        resp.text = self.env.get_template(name).render(
+            when=when, path=req.path, query=req.query_string, **context
+        )
+
+    def _page(self, req, resp, name: str, build) -> None:
+        """Sign the page in, build its context with the scope, render; sign-in problems go to
+        the sign-in page, refusals and unknown objects to an error page."""
+        try:
+            s = Scope(self.db, session.principal(self.db, req))
+            context = build(s)
+        except errors.Unauthenticated:
+            raise falcon.HTTPSeeOther("/ui/login") from None
+        except errors.OrbitError as exc:
+            self._error(req, resp, exc)
+            return
+        self._render(
+            req, resp, name, scopes=s.principal.scopes, csrf=session.csrf_token(req), **context
+        )
+
+    def _error(self, req, resp, exc: errors.OrbitError) -> None:
+        self._render(
+            req,
+            resp,
+            "error.html",
+            status=exc.status,
+            error=exc,
+            scopes=frozenset(),
+            csrf="",
+        )
+
+    # Sign-in ---------------------------------------------------------------------------------
+    def on_get_login(self, req, resp) -> None:
+        self._render(req, resp, "login.html", scopes=frozenset(), csrf="", failed=False)
+
+    def on_post_login(self, req, resp) -> None:
+        form = self._form(req)
+        token = form.get("token", "").strip()
+        try:
+            auth.authenticate(self.db, "Bearer " + token)
+        except errors.Unauthenticated:
+            self._render(
+                req, resp, "login.html", falcon.HTTP_401, scopes=frozenset(), csrf="", failed=True
+            )
+            return
+        session.sign_in(req, resp, token)
+        raise falcon.HTTPSeeOther("/ui/")
+
+    def on_post_logout(self, req, resp) -> None:
+        session.sign_out(resp)
+        raise falcon.HTTPSeeOther("/ui/login")
+
+    # Pages -----------------------------------------------------------------------------------
+    def on_get_overview(self, req, resp) -> None:
+        def build(s: Scope) -> dict:
+            s.principal.require("tasks:read")
+            queues = reads.queue_figures(s)
+            return {
+                "queues": queues,
+                "live_sessions": reads.live_sessions(s),
+                "totals": {
+                    name: sum(q[name] for q in queues)
+                    for name in ("ready", "parked", "needs_review", "expired_last_hour")
+                },
+            }
+
+        self._page(req, resp, "overview.html", build)
+
+    def on_get_queues(self, req, resp) -> None:
+        def build(s: Scope) -> dict:
+            s.principal.require("tasks:read")
+            return {"queues": reads.queue_figures(s)}
+
+        self._page(req, resp, "queues.html", build)
+
+    def on_get_tasks(self, req, resp) -> None:
+        def build(s: Scope) -> dict:
+            s.principal.require("tasks:read")
+            chosen = {
+                name: req.get_param(name) or ""
+                for name in ("state", "queue_id", "handler", "concurrency_key")
+            }
+            filters: dict[str, Any] = {}
+            if chosen["state"]:
+                filters["state"] = validation.Enum(STATES)("state", chosen["state"])
+            if chosen["concurrency_key"]:
+                filters["concurrency_key"] = validation.ConcurrencyKey()(
+                    "concurrency_key", chosen["concurrency_key"]
+                )
+            if chosen["handler"]:
+                filters["handler"] = validation.Text(1, 200)("handler", chosen["handler"])
+            queues = reads.queue_figures(s)
+            if chosen["queue_id"]:
+                filters["queue_id"] = s.queue(validation.Hex32()("queue_id", chosen["queue_id"]))[
+                    "id"
+                ]
+            rows = s.tasks(filters, decode_cursor(req.get_param("cursor") or "0"), PAGE + 1)
+            more = len(rows) > PAGE
+            nxt = {**{k: v for k, v in chosen.items() if v}}
+            if more:
+                nxt["cursor"] = encode_cursor(rows[PAGE - 1]["id"])
+            return {
+                "tasks": rows[:PAGE],
+                "chosen": chosen,
+                "states": STATES,
+                "queues": queues,
+                "next_url": "/ui/tasks?" + urlencode(nxt) if more else None,
+            }
+
+        self._page(req, resp, "tasks.html", build)
+
+    def on_get_task(self, req, resp, task_id: str) -> None:
+        def build(s: Scope) -> dict:
+            s.principal.require("tasks:read")
+            row = s.task(task_id)
+            why = s.waiting(row)
+            show = why is not None and why["holder_queue"] is not None
+            waiting = serialize.waiting(row, why, show and s.covers_queue(why["holder_queue"]))
+            return {
+                "task": serialize.task_detail(row),
+                "row": row,
+                "why": why,
+                "waiting": waiting,
+                "attempts": s.attempts(task_id),
+                "history": s.history(task_id),
+            }
+
+        self._page(req, resp, "task.html", build)
+
+    def on_get_keys(self, req, resp) -> None:
+        def build(s: Scope) -> dict:
+            s.principal.require("tasks:read")
+            state = req.get_param("state") or ""
+            prefix = req.get_param("prefix") or ""
+            if state:
+                validation.Enum(keypages.STATES)("state", state)
+            cursor = req.get_param("cursor")
+            if cursor:
+                validation.Pattern(keypages.CURSOR_PATTERN, "is not a cursor")("cursor", cursor)
+            if prefix:
+                validation.Text(1, validation.MAX_KEY_CHARS)("prefix", prefix)
+            pages = keypages.KeyPages(s, prefix or None)
+            keys, nxt = pages.page(state or None, cursor, PAGE)
+            more = {k: v for k, v in (("state", state), ("prefix", prefix)) if v}
+            return {
+                "keys": [serialize.key(k) for k in keys],
+                "state": state,
+                "prefix": prefix,
+                "next_url": "/ui/keys?" + urlencode({**more, "cursor": nxt}) if nxt else None,
+            }
+
+        self._page(req, resp, "keys.html", build)
+
+    def on_get_key(self, req, resp, concurrency_key: str) -> None:
+        def build(s: Scope) -> dict:
+            s.principal.require("tasks:read")
+            return {
+                "key": serialize.key(s.key(concurrency_key)),
+                "tokens": reads.key_tokens(s, concurrency_key),
+                "parked": reads.parked_tasks(s, concurrency_key),
+            }
+
+        self._page(req, resp, "key.html", build)
+
+    def on_get_workers(self, req, resp) -> None:
+        def build(s: Scope) -> dict:
+            s.principal.require("tasks:read")
+            return {"sessions": reads.sessions(s), "live_seconds": reads.LIVE_SECONDS}
+
+        self._page(req, resp, "workers.html", build)
+
+    def on_get_schedules(self, req, resp) -> None:
+        def build(s: Scope) -> dict:
+            s.principal.require("tasks:read")
+            return {"schedules": [schedule_view(r) for r in schedule_list(s)]}
+
+        self._page(req, resp, "schedules.html", build)
+
+    def on_get_review(self, req, resp) -> None:
+        def build(s: Scope) -> dict:
+            s.principal.require("tasks:read")
+            return {"tasks": s.tasks({"state": "NEEDS_REVIEW"}, 0, PAGE)}
+
+        self._page(req, resp, "review.html", build)
+
+    # Actions ---------------------------------------------------------------------------------
+    def _form(self, req) -> dict[str, str]:
+        if (req.content_length or 0) > MAX_FORM_BYTES:
+            raise errors.PayloadTooLarge()
+        if req.content_type is None or not req.content_type.startswith(falcon.MEDIA_URLENCODED):
+            raise errors.InvalidArgument("a form is expected")
+        form = req.get_media() or {}
+        return {k: v for k, v in form.items() if isinstance(v, str)}
+
+    def _act(self, req, resp, change) -> None:
+        try:
+            s = Scope(self.db, session.principal(self.db, req))
+            form = self._form(req)
+            session.check_post(req, form)
+            change(s, form)
+        except errors.Unauthenticated:
+            raise falcon.HTTPSeeOther("/ui/login") from None
+        except errors.OrbitError as exc:
+            self._error(req, resp, exc)
+            return
+        back = form.get("back", "")
+        raise falcon.HTTPSeeOther(back if back.startswith("/ui/") else "/ui/")
+
+    def on_post_queue_pause(self, req, resp, queue_id: str) -> None:
+        self._act(req, resp, lambda s, f: actions.set_queue_state(s, queue_id, "PAUSED"))
+
+    def on_post_queue_resume(self, req, resp, queue_id: str) -> None:
+        self._act(req, resp, lambda s, f: actions.set_queue_state(s, queue_id, "ACTIVE"))
+
+    def on_post_task_cancel(self, req, resp, task_id: str) -> None:
+        self._act(req, resp, lambda s, f: actions.cancel_task(s, task_id))
+
+    def on_post_task_resolve(self, req, resp, task_id: str) -> None:
+        def change(s: Scope, form: dict[str, str]) -> None:
+            state = validation.Enum(("SUCCEEDED", "FAILED", "WAITING"))("state", form.get("state"))
+            note = validation.Text(0, 1000)("note", form.get("note", "")) or None
+            actions.resolve_task(s, task_id, state, note)
+
+        self._act(req, resp, change)
+
+    def on_post_schedule_pause(self, req, resp, schedule_id: str) -> None:
+        self._act(req, resp, lambda s, f: actions.set_schedule_state(s, schedule_id, "PAUSED"))
+
+    def on_post_schedule_resume(self, req, resp, schedule_id: str) -> None:
+        self._act(req, resp, lambda s, f: actions.set_schedule_state(s, schedule_id, "ACTIVE"))
+
+
+# The dashboard's routes: (path, suffix). Path parameters are checked like the API's.
+ROUTES = [
+    ("/ui/login", "login"),
+    ("/ui/logout", "logout"),
+    ("/ui/", "overview"),
+    ("/ui/queues", "queues"),
+    ("/ui/queues/{queue_id}/pause", "queue_pause"),
+    ("/ui/queues/{queue_id}/resume", "queue_resume"),
+    ("/ui/tasks", "tasks"),
+    ("/ui/tasks/{task_id}", "task"),
+    ("/ui/tasks/{task_id}/cancel", "task_cancel"),
+    ("/ui/tasks/{task_id}/resolve", "task_resolve"),
+    ("/ui/keys", "keys"),
+    ("/ui/keys/{concurrency_key:path}", "key"),
+    ("/ui/workers", "workers"),
+    ("/ui/schedules", "schedules"),
+    ("/ui/schedules/{schedule_id}/pause", "schedule_pause"),
+    ("/ui/schedules/{schedule_id}/resume", "schedule_resume"),
+    ("/ui/review", "review"),
+]
+
+
+def mount(app: falcon.App, database: Database) -> None:
+    dashboard = Dashboard(database)
+    for path, suffix in ROUTES:
+        app.add_route(path, dashboard, suffix=suffix)
+    app.add_route("/ui", Redirect("/ui/"))
+
+
+class Redirect:
+    auth_exempt = True
+
+    def __init__(self, to: str) -> None:
+        self.to = to
+
+    def on_get(self, req, resp) -> None:
+        raise falcon.HTTPSeeOther(self.to)

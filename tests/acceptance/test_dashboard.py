@@ -1,0 +1,185 @@
+"""The operator dashboard (V1) in a real browser: Debian's Chromium driven by Playwright against
+the real `orbit` server. Sign-in by cookie, the keys and task pages showing holder, token and
+parked count, a pause made in the page that the API sees, a read-only credential offered no
+actions, a forged POST refused, and another tenant's objects never shown.
+
+With ``ORBIT_SCREENSHOTS=DIR`` each page is also saved there at laptop and phone widths
+(docs/screenshots holds the current set)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from tests.helpers import Session, limited_credential, submit
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency")
+CHROMIUM = os.environ.get("ORBIT_CHROMIUM") or shutil.which("chromium")
+SHOTS = os.environ.get("ORBIT_SCREENSHOTS")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM:
+        pytest.fail(
+            "no Chromium: install Debian's chromium (scripts/test does) or set ORBIT_CHROMIUM"
+        )
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def _signed_in(browser, url: str, token: str, **options):
+    context = browser.new_context(**options)
+    page = context.new_page()
+    page.goto(url + "/ui/")
+    assert page.url.endswith("/ui/login")
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    assert page.url.endswith("/ui/"), page.content()
+    [cookie] = [c for c in context.cookies() if c["name"] == "orbit_token"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    return page
+
+
+def _shoot(page, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+def _held_key_with_parked_tasks(client, tenant, key: str):
+    ids = [
+        submit(client, tenant, None, 201, concurrency_key=key, handler=f"invoice.render.{n}").json[
+            "data"
+        ]["task_id"]
+        for n in range(3)
+    ]
+    session = Session(client, tenant, capacity=2, worker_id="render-1")
+    [grant] = session.claim(1)
+    session.start(grant["attempt_id"])
+    return ids, session
+
+
+def test_v1_keys_and_task_pages_show_holder_token_and_parked(browser, orbit_server, client, tenant):
+    ids, _ = _held_key_with_parked_tasks(client, tenant, "invoice/7 ü")
+    page = _signed_in(browser, orbit_server, tenant.token)
+    parked = page.locator(".card", has_text="Parked behind a key").locator("b")
+    assert parked.inner_text() == "2", page.inner_text("main")
+    _shoot(page, "overview")
+    page.goto(orbit_server + "/ui/keys")
+    row = page.locator("tr.key-row", has_text="invoice/7 ü")
+    assert row.count() == 1, page.inner_text("main")
+    cells = row.locator("td").all_inner_texts()
+    assert cells[1:5] == ["contended", "1", "1", "2"], cells
+    _shoot(page, "keys")
+    row.locator("a").click()
+    assert page.url.endswith("/ui/keys/" + quote("invoice/7 ü", safe=""))
+    assert page.inner_text("#holder-token") == "1"
+    assert page.inner_text("#parked-count") == "2"
+    assert ids[0][:12] in page.inner_text("#key-detail")
+    _shoot(page, "key")
+    page.goto(orbit_server + f"/ui/tasks/{ids[1]}")
+    waiting = page.inner_text("#waiting-for")
+    assert "invoice/7 ü" in waiting and ids[0][:12] in waiting and "token 1" in waiting
+    _shoot(page, "task")
+    for name, heading in (
+        ("tasks", "Tasks"),
+        ("queues", "Queues"),
+        ("workers", "Workers"),
+        ("schedules", "Schedules"),
+        ("review", "Needs review"),
+    ):
+        page.goto(orbit_server + f"/ui/{name}")
+        assert page.inner_text("h1") == heading, page.inner_text("main")
+        _shoot(page, name)
+    assert "render-1" in page.goto(orbit_server + "/ui/workers").text()
+    page.goto(
+        orbit_server + "/ui/tasks?handler=invoice.render.2&concurrency_key=invoice%2F7+%C3%BC"
+    )
+    assert page.locator("main tr").count() == 2  # the header and invoice.render.2's task
+    assert page.input_value("input[name=handler]") == "invoice.render.2"
+    if SHOTS:
+        phone = _signed_in(
+            browser, orbit_server, tenant.token, viewport={"width": 390, "height": 844}
+        )
+        phone.goto(orbit_server + "/ui/keys")
+        _shoot(phone, "keys-phone")
+
+
+def test_v1_pausing_a_queue_in_the_page_is_what_the_api_sees(browser, orbit_server, client, tenant):
+    page = _signed_in(browser, orbit_server, tenant.token)
+    page.goto(orbit_server + "/ui/queues")
+    row = page.locator(f"#queue-{tenant.queue_id}")
+    assert row.count() == 1, page.inner_text("main")
+    row.get_by_role("button", name="Pause").click()
+    api = client.simulate_get(f"/v1/queues/{tenant.queue_id}", headers=tenant.headers)
+    assert api.json["data"]["state"] == "PAUSED"
+    assert page.locator(f"#queue-{tenant.queue_id}").get_by_role("button", name="Resume").count()
+    page.locator(f"#queue-{tenant.queue_id}").get_by_role("button", name="Resume").click()
+    api = client.simulate_get(f"/v1/queues/{tenant.queue_id}", headers=tenant.headers)
+    assert api.json["data"]["state"] == "ACTIVE"
+
+
+def test_v1_read_only_sees_no_actions_and_forged_posts_are_refused(
+    browser, orbit_server, client, tenant, database
+):
+    ids, _ = _held_key_with_parked_tasks(client, tenant, "ro/1")
+    reader = limited_credential(database, tenant, "tasks:read")["Authorization"][len("Bearer ") :]
+    page = _signed_in(browser, orbit_server, reader)
+    for path in ("/ui/queues", f"/ui/tasks/{ids[2]}", "/ui/keys/ro%2F1", "/ui/schedules"):
+        page.goto(orbit_server + path)
+        assert page.locator("main form[method=post]").count() == 0, path
+    # A form posted by another page carries no CSRF token: refused, nothing changes, for a
+    # credential that may act (tasks:manage) as for one that may not.
+    manager = _signed_in(browser, orbit_server, tenant.token)
+    for who in (manager, page):
+        forged = who.request.post(
+            orbit_server + f"/ui/tasks/{ids[2]}/cancel", form={"back": "/ui/"}, max_redirects=0
+        )
+        assert forged.status == 403, forged.text()
+    wrong = manager.request.post(
+        orbit_server + f"/ui/tasks/{ids[2]}/cancel", form={"csrf": "0" * 64}, max_redirects=0
+    )
+    assert wrong.status == 403
+    other_origin = manager.request.post(
+        orbit_server + f"/ui/queues/{tenant.queue_id}/pause",
+        form={"csrf": "0"},
+        headers={"Origin": "https://evil.example"},
+        max_redirects=0,
+    )
+    assert other_origin.status == 403
+    task = client.simulate_get(f"/v1/tasks/{ids[2]}", headers=tenant.headers).json["data"]
+    assert task["state"] == "WAITING"
+    queue = client.simulate_get(f"/v1/queues/{tenant.queue_id}", headers=tenant.headers)
+    assert queue.json["data"]["state"] == "ACTIVE"
+    # The same cancel from the page, with its token, goes through for the manager.
+    manager.goto(orbit_server + f"/ui/tasks/{ids[2]}")
+    manager.get_by_role("button", name="Cancel this task").click()
+    task = client.simulate_get(f"/v1/tasks/{ids[2]}", headers=tenant.headers).json["data"]
+    assert task["state"] == "CANCELLED"
+
+
+def test_v1_tenant_b_never_appears_for_tenant_a(
+    browser, orbit_server, client, tenant, tenant_factory
+):
+    other = tenant_factory()
+    theirs, _ = _held_key_with_parked_tasks(client, other, "tenant-b/secret")
+    _held_key_with_parked_tasks(client, tenant, "tenant-a/mine")
+    page = _signed_in(browser, orbit_server, tenant.token)
+    for path in ("/ui/", "/ui/keys", "/ui/tasks", "/ui/workers", "/ui/queues", "/ui/review"):
+        page.goto(orbit_server + path)
+        text = page.content()
+        assert "tenant-b" not in text and theirs[0] not in text and other.queue_id not in text
+    page.goto(orbit_server + "/ui/keys")
+    assert "tenant-a/mine" in page.content()
+    for path in (f"/ui/tasks/{theirs[0]}", "/ui/keys/tenant-b%2Fsecret"):
+        response = page.goto(orbit_server + path)
+        assert response.status == 404, path
+    forged = page.request.get(orbit_server + "/ui/keys?state=bogus")
+    assert forged.status == 400
