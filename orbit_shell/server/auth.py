@@ -53,6 +53,7 @@ class Principal:
     scopes: frozenset[str]
     all_queues: bool
     queue_ids: frozenset[int]
+    public_id: str = ""  # the token's credential id (orb_<public id>_...)
 
     @property
     def actor(self) -> str:
@@ -65,6 +66,22 @@ class Principal:
 
     def may_use_queue(self, queue_id: int) -> bool:
         return self.all_queues or queue_id in self.queue_ids
+
+
+def bearer(header: str | None) -> tuple[str, str]:
+    """``(credential public id, SHA-256 of the token)`` of an ``Authorization: Bearer``
+    header, read without the database (a routine that authenticates itself takes these).
+
+    Raises:
+        Unauthenticated: missing or malformed.
+    """
+    if not header or not header.startswith("Bearer "):
+        raise errors.Unauthenticated()
+    token = header[len("Bearer ") :].strip()
+    match = TOKEN_RE.match(token)
+    if not match:
+        raise errors.Unauthenticated()
+    return match.group(1), hash_token(token)
 
 
 def authenticate(database: Database, header: str | None) -> Principal:
@@ -104,4 +121,5 @@ def authenticate(database: Database, header: str | None) -> Principal:
         scopes=frozenset(s for s in row["scopes"].split(",") if s),
         all_queues=bool(row["all_queues"]),
         queue_ids=queue_ids,
+        public_id=match.group(1),
     )

@@ -17,10 +17,37 @@ from orbit_shell import errors
 class SubmitGuard:
     def __init__(self, rate: float, burst: int, clock=time.monotonic) -> None:
         self.rate, self.burst, self.clock = rate, burst, clock
-        self._buckets: dict[int, tuple[float, float]] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def take(self, credential_id: int, count: int = 1) -> None:
+    def check(self, credential: str) -> None:
+        """Raise QUOTA_EXCEEDED when ``credential``'s bucket has no submission left, spending
+        nothing: for a route that learns whether the caller is who it says only from the call
+        itself, which then ``spend``s. Only a caller who got through ever has a bucket."""
+        if self.rate <= 0:
+            return
+        now = self.clock()
+        with self._lock:
+            found = self._buckets.get(credential)
+        if found is not None:
+            tokens, last = found
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            if tokens < 1.0:
+                error = errors.QuotaExceeded("submission rate limit of this credential reached")
+                error.retry_after = math.ceil((1.0 - tokens) / self.rate)
+                raise error
+
+    def spend(self, credential: str) -> None:
+        """Spend one submission of ``credential`` (after ``check``), down to none left."""
+        if self.rate <= 0:
+            return
+        now = self.clock()
+        with self._lock:
+            tokens, last = self._buckets.get(credential, (float(self.burst), now))
+            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            self._buckets[credential] = (max(0.0, tokens - 1.0), now)
+
+    def take(self, credential: str, count: int = 1) -> None:
         """Spend ``count`` submissions (a batch larger than the burst spends the whole burst);
         raise QUOTA_EXCEEDED (retry_after set) when they are not there."""
         if self.rate <= 0:
@@ -28,11 +55,11 @@ class SubmitGuard:
         need = float(min(count, self.burst))
         now = self.clock()
         with self._lock:
-            tokens, last = self._buckets.get(credential_id, (float(self.burst), now))
+            tokens, last = self._buckets.get(credential, (float(self.burst), now))
             tokens = min(float(self.burst), tokens + (now - last) * self.rate)
             if tokens < need:
-                self._buckets[credential_id] = (tokens, now)
+                self._buckets[credential] = (tokens, now)
                 error = errors.QuotaExceeded("submission rate limit of this credential reached")
                 error.retry_after = math.ceil((need - tokens) / self.rate)
                 raise error
-            self._buckets[credential_id] = (tokens - need, now)
+            self._buckets[credential] = (tokens - need, now)

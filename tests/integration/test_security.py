@@ -43,3 +43,23 @@ def test_no_raw_token_anywhere_in_the_database(database, tenant):
     for table in ("credentials", "task_history", "applications", "orbit_meta"):
         rows = database.query(f"SELECT * FROM {table}")
         assert tenant.token not in json.dumps(rows, default=str), table
+
+
+def _questions(database) -> int:
+    [row] = database.query("SHOW GLOBAL STATUS LIKE 'Questions'")
+    return int(row["Value"])
+
+
+def test_a_submission_is_one_database_round_trip_and_revocation_holds(
+    client, tenant, database, tmp_path
+):
+    """POST /v1/tasks authenticates in the call that submits (task_submit_as): one statement
+    from the server per submission, and a credential revoked before it is refused at once."""
+    submit(client, tenant, None, 201)  # a warm connection
+    before = _questions(database)
+    submit(client, tenant, None, 201)
+    assert _questions(database) - before == 2  # the CALL, and the status read itself
+    database.call("credential_revoke", tenant.token.split("_")[1])
+    refused = submit(client, tenant, None, 401)
+    assert refused.json["error"]["code"] == "UNAUTHENTICATED"
+    assert refused.headers["WWW-Authenticate"] == "Bearer"

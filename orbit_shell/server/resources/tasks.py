@@ -6,7 +6,7 @@ import falcon
 
 from orbit_shell import errors, validation
 from orbit_shell.engine import batches, serialize
-from orbit_shell.server import actions
+from orbit_shell.server import actions, auth
 from orbit_shell.server.common import in_scope_batch, item, ok, read_json, read_query, scope
 from orbit_shell.server.guard import SubmitGuard
 from orbit_shell.server.scoped import CURSOR_PATTERN, MAX_PAGE, decode_cursor, encode_cursor
@@ -62,12 +62,26 @@ class Tasks:
             raise errors.NotFound("queue not found")
         return found
 
+    # POST authenticates in its one database call (task_submit_as), not in the middleware.
+    self_authenticating = (("POST", "/v1/tasks"),)
+
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        s = scope(req, "tasks:submit")
-        self.guard.take(s.principal.credential_id)
+        """One round trip: the token is parsed here and checked by task_submit_as with the
+        scope and queue scope, in the call that submits. The rate guard is keyed by the
+        credential's public id and spent once the call has authenticated it."""
+        credential, digest = auth.bearer(req.get_header("Authorization"))
+        self.guard.check(credential)
         idem = validation.idempotency_key(req.get_header("Idempotency-Key"))
         body = read_json(req, validation.TASK_SUBMIT, self.max_body)
-        row = submit(s, self.queue_id(s, body["queue_id"]), idem, body)
+        [[row]] = req.context.db.call(
+            "task_submit_as",
+            credential,
+            digest,
+            body["queue_id"],
+            idem,
+            *_submit_fields(body),
+        )
+        self.guard.spend(credential)
         status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
         ok(req, resp, serialize.task_detail(row), status)  # task_submit answers the detail
 
@@ -76,7 +90,7 @@ class Tasks:
         Idempotency-Key, own error); answers receipts instead of full task details."""
         s = scope(req, "tasks:submit")
         body = read_json(req, validation.TASK_BATCH, self.max_body)
-        self.guard.take(s.principal.credential_id, len(body["tasks"]))
+        self.guard.take(s.principal.public_id, len(body["tasks"]))
 
         def prepare(task: dict) -> tuple[int, str, dict]:
             key = task.pop("idempotency_key")
@@ -178,6 +192,18 @@ def submit(s, queue_id: int, idem: str, body: dict) -> dict:
         s.namespace_id,
         queue_id,
         idem,
+        *_submit_fields(body),
+        s.principal.actor,
+        None,
+        None,
+        None,
+    )
+    return row
+
+
+def _submit_fields(body: dict) -> tuple:
+    """task_submit's parameters from the fingerprint to the deadline, for a validated body."""
+    return (
         validation.fingerprint(body),
         body["handler"],
         body["handler_version"],
@@ -188,9 +214,4 @@ def submit(s, queue_id: int, idem: str, body: dict) -> dict:
         body["priority"],
         body["max_attempts"],
         body["deadline_seconds"],
-        s.principal.actor,
-        None,
-        None,
-        None,
     )
-    return row
