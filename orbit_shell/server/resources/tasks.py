@@ -69,10 +69,17 @@ class Tasks:
         """One round trip: the token is parsed here and checked by task_submit_as with the
         scope and queue scope, in the call that submits. The rate guard is keyed by the
         credential's public id and spent once the call has authenticated it."""
-        credential, digest = auth.bearer(req.get_header("Authorization"))
+        header = req.get_header("Authorization")
+        credential, digest = auth.bearer(header)
         self.guard.check(credential)
-        idem = validation.idempotency_key(req.get_header("Idempotency-Key"))
-        body = read_json(req, validation.TASK_SUBMIT, self.max_body)
+        try:
+            idem = validation.idempotency_key(req.get_header("Idempotency-Key"))
+            body = read_json(req, validation.TASK_SUBMIT, self.max_body)
+        except errors.OrbitError:
+            # A refused request answers as any route would: who you are and what you may do
+            # (401, 403) before what you sent; only this path reads the credential first.
+            auth.authenticate(req.context.db, header).require("tasks:submit")
+            raise
         [[row]] = req.context.db.call(
             "task_submit_as",
             credential,
