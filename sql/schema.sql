@@ -249,6 +249,14 @@ CREATE TABLE `tasks` (
   KEY `ix_tasks_ns_key` (`namespace_id`,`concurrency_key`,`id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Accepted tasks; never deleted by Orbit';
 
+CREATE TABLE `token_epoch` (
+  `id` tinyint(3) unsigned NOT NULL COMMENT 'Always 1: one row',
+  `epoch` int(10) unsigned NOT NULL COMMENT 'Epoch of this primary: tokens granted now lie in [epoch << 40, (epoch + 1) << 40); only orbit-admin promote advances it',
+  `advanced_at` datetime(6) DEFAULT NULL COMMENT 'When the epoch was last advanced (UTC); NULL = never',
+  `note` varchar(255) NOT NULL DEFAULT '' COMMENT 'What advanced it (the promote command says from which server)',
+  PRIMARY KEY (`id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='The token epoch of this database (H1); replicated with everything else';
+
 CREATE TABLE `worker_accounts` (
   `account_user` varchar(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'MySQL user name of a direct worker account (the part of USER() before @)',
   `namespace_id` bigint(20) unsigned NOT NULL COMMENT 'A namespace the account may act for (namespaces.id)',

@@ -184,3 +184,15 @@ def tenant(database: Database, tmp_path) -> Tenant:
 @pytest.fixture
 def tenant_factory(database: Database, tmp_path):
     return lambda **kw: make_tenant(database, tmp_path, **kw)
+
+
+LAST_EPOCH = 2**24 - 1
+
+
+@pytest.fixture
+def last_epoch(database: Database):
+    """The database in its last token epoch (H1), where a key's tokens end at the unsigned
+    64-bit maximum (K7); epoch 0 again afterwards, for the tests that follow."""
+    database.call("token_epoch_set", LAST_EPOCH, "test")
+    yield LAST_EPOCH
+    database.call("token_epoch_set", 0, "test")

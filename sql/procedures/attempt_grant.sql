@@ -6,8 +6,10 @@
 -- NULL when the task is not granted (no longer READY, deadline passed, queue permits
 -- exhausted, token space exhausted). p_actor is the session's history actor.
 -- K7: the token is computed only after the key's row lock is held, as the resource's highest
--- token + 1; at 18446744073709551615 (unsigned 64-bit max) the claim is refused, the task
--- stays WAITING (parked) and its history records TOKEN_SPACE_EXHAUSTED once. Never wraps.
+-- token + 1, raised to the epoch's first token when it is below it (H1, token_epoch); at the
+-- epoch's last token (18446744073709551615, unsigned 64-bit max, in the last epoch) the claim
+-- is refused, the task stays WAITING (parked) and its history records TOKEN_SPACE_EXHAUSTED
+-- once. Never wraps.
 -- Locks: tasks row, concurrency_resources row, then inserts attempts and permits rows.
 CREATE PROCEDURE attempt_grant(IN p_task_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
                                IN p_now DATETIME(6), IN p_actor VARCHAR(200),
@@ -28,6 +30,8 @@ BEGIN
   DECLARE v_token BIGINT UNSIGNED DEFAULT 0;
   DECLARE v_holder BIGINT UNSIGNED;
   DECLARE v_candidate BIGINT UNSIGNED;
+  DECLARE v_floor BIGINT UNSIGNED;
+  DECLARE v_ceiling BIGINT UNSIGNED;
   DECLARE v_expires DATETIME(6);
 
   SET p_attempt_id = NULL;
@@ -46,6 +50,7 @@ BEGIN
                        'DEADLINE_EXCEEDED', 'system:claim', 'deadline passed while waiting');
     ELSEIF v_q_max IS NULL OR v_q_active < v_q_max THEN
       IF v_key <> '' THEN
+        CALL token_range(v_floor, v_ceiling);
         SELECT id, token, holder_attempt_id, candidate_task_id
           INTO v_resource, v_token, v_holder, v_candidate
           FROM concurrency_resources
@@ -57,7 +62,7 @@ BEGIN
         UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
         UPDATE concurrency_resources SET waiting_since = COALESCE(waiting_since, p_now)
          WHERE id = v_resource;
-      ELSEIF v_resource IS NOT NULL AND v_token = 18446744073709551615 THEN
+      ELSEIF v_resource IS NOT NULL AND v_token >= v_ceiling THEN
         UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
         UPDATE concurrency_resources
            SET candidate_task_id = NULL, waiting_since = COALESCE(waiting_since, p_now)
@@ -69,7 +74,7 @@ BEGIN
         END IF;
       ELSE
         IF v_resource IS NOT NULL THEN
-          SET v_token = v_token + 1;
+          SET v_token = GREATEST(v_token + 1, v_floor);
         END IF;
         SET v_expires = p_now + INTERVAL v_lease SECOND;
         IF v_deadline IS NOT NULL AND v_deadline < v_expires THEN

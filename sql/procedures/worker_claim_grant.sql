@@ -55,6 +55,8 @@ BEGIN
   DECLARE v_queues INT DEFAULT 0;
   DECLARE v_limited INT DEFAULT 0;
   DECLARE v_keyed INT DEFAULT 0;
+  DECLARE v_floor BIGINT UNSIGNED;
+  DECLARE v_ceiling BIGINT UNSIGNED;
   DECLARE v_ignored BIGINT;
   DECLARE v_drop INT DEFAULT 0;
   DECLARE v_lease INT UNSIGNED;
@@ -227,11 +229,13 @@ BEGIN
           STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
          WHERE c.take = 1 AND c.keyed = 1
            FOR UPDATE;
+        CALL token_range(v_floor, v_ceiling);
         UPDATE claim_candidates_mem c
           STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
           STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
             ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
-           SET c.resource_id = r.id, c.token = IF(r.token = 18446744073709551615, 0, r.token + 1)
+           SET c.resource_id = r.id,
+               c.token = IF(r.token >= v_ceiling, 0, GREATEST(r.token + 1, v_floor))
          WHERE c.take = 1 AND c.keyed = 1;
         -- A keyed grant needs its key free, this task its candidate, and token space left (a
         -- key row that is missing leaves resource_id and token 0).

@@ -261,7 +261,7 @@ def test_eight_threads_overlapping_keys_never_share_a_key_and_tokens_grow(eng, d
     assert done == [{"state": "SUCCEEDED", "n": threads * cycles}]
 
 
-def test_k7_token_refused_at_u64_max_never_wraps(eng, database, orbit_dsn):
+def test_k7_token_refused_at_u64_max_never_wraps(eng, database, orbit_dsn, last_epoch):
     from orbit_shell.engine import db
 
     first = eng.submit("overflow/k")
@@ -317,7 +317,9 @@ def test_k7_a_batch_claim_gives_each_key_a_larger_token(eng):
         assert eng.resource(a["concurrency_key"])["token"] == a["concurrency_token"]
 
 
-def test_k7_a_batch_claim_refuses_a_key_at_the_end_of_its_token_space(eng, database):
+def test_k7_a_batch_claim_refuses_a_key_at_the_end_of_its_token_space(
+    eng, database, last_epoch
+):
     session, _ = eng.hello(capacity=4)
     eng.submit("batch/full")
     [a] = eng.claim(session, 4)
