@@ -35,6 +35,11 @@ RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
 # Client-side codes for "no server" / "connection lost": CR_CONN_HOST_ERROR, CR_SERVER_GONE,
 # CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED (+ ER_CON_COUNT_ERROR, server shutdown in progress).
 CONNECTION_ERRORS = {2003, 2006, 2013, 2055, 1040, 1053, 1927}
+# The server refuses writes: read_only (ER_OPTION_PREVENTS_STATEMENT, ER_READ_ONLY_MODE). A
+# primary fenced by a promotion answers this; the shell then looks for the new primary.
+READ_ONLY_ERRORS = {1290, 1836}
+# Seconds a client is told to wait (Retry-After) when no writable server is at hand.
+SWITCH_RETRY_AFTER = 1
 DEADLOCK_RETRIES = 5
 # Every Orbit connection's sql_mode, and so the mode every routine is created and runs under:
 # MySQL 8.0's default, which MariaDB 10.6+ accepts. MariaDB's own default lacks
@@ -46,8 +51,32 @@ SQL_MODE = (
 )
 
 
+def parse_servers(dsn: str) -> list[dict[str, Any]]:
+    """pymysql kwargs for each server of ``mysql://user:password@host1:port1,host2:port2/db``
+    (one or more hosts, the same account, database and options on each; H3).
+
+    Raises:
+        ValueError: when the URL is not a mysql:// URL with a database, or names a unix socket
+            with several hosts.
+    """
+    url = urlparse(dsn)
+    if url.scheme != "mysql" or not url.path.strip("/"):
+        raise ValueError("ORBIT_MYSQL_DSN must look like mysql://user:password@host:port/database")
+    userinfo, _, hosts = url.netloc.rpartition("@")
+    if "," not in hosts:
+        return [parse_dsn(dsn)]
+    if "unix_socket" in parse_qs(url.query):
+        raise ValueError("ORBIT_MYSQL_DSN: unix_socket names one server; list hosts without it")
+    out = []
+    for host in hosts.split(","):
+        one = url._replace(netloc=f"{userinfo}@{host}" if userinfo else host).geturl()
+        out.append(parse_dsn(one))
+    return out
+
+
 def parse_dsn(dsn: str) -> dict[str, Any]:
-    """Turn ``mysql://user:password@host:port/database?unix_socket=PATH`` into pymysql kwargs.
+    """Turn ``mysql://user:password@host:port/database?unix_socket=PATH`` into pymysql kwargs
+    (for a list of hosts, the first's; ``parse_servers`` gives each).
 
     ``?ssl_ca=PATH`` asks for TLS, required and verified against that CA. Without it the
     connection is plain, said here rather than left to the driver: PyMySQL 2 otherwise
@@ -61,6 +90,8 @@ def parse_dsn(dsn: str) -> dict[str, Any]:
     url = urlparse(dsn)
     if url.scheme != "mysql" or not url.path.strip("/"):
         raise ValueError("ORBIT_MYSQL_DSN must look like mysql://user:password@host:port/database")
+    if "," in url.netloc:
+        return parse_servers(dsn)[0]
     kwargs: dict[str, Any] = {
         "host": url.hostname or "127.0.0.1",
         "port": url.port or 3306,
@@ -79,8 +110,54 @@ def parse_dsn(dsn: str) -> dict[str, Any]:
 
 
 def connect(dsn: str, **overrides: Any) -> pymysql.connections.Connection:
-    """Open one autocommit utf8mb4 connection whose session clock is UTC, in :data:`SQL_MODE`."""
-    kwargs = parse_dsn(dsn)
+    """Open one autocommit utf8mb4 connection whose session clock is UTC, in :data:`SQL_MODE`;
+    with several hosts, to the primary (``find_primary``)."""
+    servers = parse_servers(dsn)
+    if len(servers) == 1:
+        return _open(servers[0], **overrides)
+    return _open(servers[find_primary(servers)], **overrides)
+
+
+def find_primary(servers: list[dict[str, Any]]) -> int:
+    """The index of the server to write to: a writable one (``read_only`` off), the one with
+    the highest token epoch when several are (a failed primary restarted writable after a
+    promotion has the lower epoch; H1). Servers that cannot be reached are passed over.
+
+    Raises:
+        Unavailable: no server is writable now (a switch in progress); ``retry_after`` set.
+    """
+    best: tuple[int, int] | None = None
+    for index, server in enumerate(servers):
+        try:
+            conn = _open(server, connect_timeout=2, read_timeout=5)
+        except pymysql.MySQLError:
+            continue
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@global.read_only AS ro")
+                if cur.fetchone()["ro"]:
+                    continue
+                try:
+                    cur.execute("SELECT epoch FROM token_epoch WHERE id = 1")
+                    row = cur.fetchone()
+                    epoch = int(row["epoch"]) if row else -1
+                except pymysql.MySQLError:  # not migrated yet
+                    epoch = -1
+        except pymysql.MySQLError:
+            continue
+        finally:
+            conn.close()
+        if best is None or epoch > best[0]:
+            best = (epoch, index)
+    if best is None:
+        error = errors.Unavailable("no writable database server; retry shortly")
+        error.retry_after = SWITCH_RETRY_AFTER
+        raise error
+    return best[1]
+
+
+def _open(kwargs: dict[str, Any], **overrides: Any) -> pymysql.connections.Connection:
+    kwargs = dict(kwargs)
     kwargs.update(
         charset="utf8mb4",
         autocommit=True,
@@ -110,7 +187,21 @@ def map_error(exc: pymysql.MySQLError) -> errors.OrbitError | None:
         return None
     if code in CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):
         return errors.Unavailable("database unavailable")
+    if code in READ_ONLY_ERRORS:
+        error = errors.Unavailable("the database server takes no writes now; retry shortly")
+        error.retry_after = SWITCH_RETRY_AFTER
+        return error
     return errors.Internal()
+
+
+def _switching(exc: pymysql.MySQLError) -> bool:
+    """Whether an error says the primary may have changed: it is gone or takes no writes."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    return (
+        code in CONNECTION_ERRORS
+        or code in READ_ONLY_ERRORS
+        or isinstance(exc, pymysql.err.InterfaceError)
+    )
 
 
 def peer_closed(sock: socket.socket | None) -> bool:
@@ -156,6 +247,11 @@ class Database:
         self, dsn: str, pool_size: int = 8, sleep=None, max_open: int | None = None
     ) -> None:
         self.dsn = dsn
+        # With several servers (H3) connections go to the primary found last; an error that
+        # says it is gone or takes no writes forgets it and the pool, and the next connection
+        # looks again (find_primary).
+        self._servers = parse_servers(dsn)
+        self._primary: int | None = 0 if len(self._servers) == 1 else None
         self._idle: queue.LifoQueue[pymysql.connections.Connection] = queue.LifoQueue(pool_size)
         self._sleep = sleep or time.sleep  # looked up now: gevent may have patched it
         self._lendable = threading.BoundedSemaphore(max_open) if max_open else None
@@ -189,9 +285,13 @@ class Database:
                 conn = None
         if conn is None:
             try:
-                conn = connect(self.dsn)
+                primary = self._primary
+                if primary is None:
+                    primary = self._primary = find_primary(self._servers)
+                conn = _open(self._servers[primary])
             except pymysql.MySQLError as exc:
                 log.warning("connect failed: %s", exc, extra={"action": "db.connect"})
+                self.forget_primary()
                 raise errors.Unavailable("database unavailable") from exc
         ok = False
         try:
@@ -230,6 +330,8 @@ class Database:
                             return sets
             except pymysql.MySQLError as exc:
                 mapped = map_error(exc)
+                if _switching(exc):
+                    self.forget_primary()
                 if mapped is None and attempt < DEADLOCK_RETRIES:
                     log.info(
                         "retrying %s after %s",
@@ -258,10 +360,20 @@ class Database:
                 cur.execute(sql, args)
                 return list(cur.fetchall())
         except pymysql.MySQLError as exc:
+            if _switching(exc):
+                self.forget_primary()
             mapped = map_error(exc) or errors.Unavailable("database busy; retry later")
             if isinstance(mapped, errors.Internal):
                 log.error("query failed: %r", exc, extra={"action": "db.error"})
             raise mapped from exc
+
+    def forget_primary(self) -> None:
+        """After a failover or a fence: look for the primary again and drop idle connections
+        (they may be to the old one). A single server is always its own primary."""
+        if len(self._servers) == 1:
+            return
+        self._primary = None
+        self.close()
 
     def close(self) -> None:
         while True:

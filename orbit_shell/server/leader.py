@@ -63,7 +63,11 @@ class Leadership(threading.Thread):
                     conn = db.connect(self.dsn)
                 with conn.cursor() as cur:
                     if self.leading():
-                        cur.execute("SELECT 1")  # still connected, so the lock is still ours
+                        # Still connected, so the lock is still ours, on a server that still
+                        # takes writes: a primary fenced by a promotion is left for the new one.
+                        cur.execute("SELECT @@global.read_only AS ro")
+                        if cur.fetchone()["ro"]:
+                            raise pymysql.err.OperationalError(1290, "server is read-only")
                     else:
                         cur.execute("SELECT GET_LOCK(%s, 0) AS got", (self.name_of_lock,))
                         if cur.fetchone()["got"] == 1:

@@ -317,9 +317,7 @@ def test_k7_a_batch_claim_gives_each_key_a_larger_token(eng):
         assert eng.resource(a["concurrency_key"])["token"] == a["concurrency_token"]
 
 
-def test_k7_a_batch_claim_refuses_a_key_at_the_end_of_its_token_space(
-    eng, database, last_epoch
-):
+def test_k7_a_batch_claim_refuses_a_key_at_the_end_of_its_token_space(eng, database, last_epoch):
     session, _ = eng.hello(capacity=4)
     eng.submit("batch/full")
     [a] = eng.claim(session, 4)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from orbit_shell.engine import db
 from orbit_shell.engine.db import parse_dsn
 
 
@@ -31,3 +32,19 @@ def test_a_named_ca_requires_verified_tls():
 def test_not_a_mysql_dsn_with_a_database(dsn):
     with pytest.raises(ValueError):
         parse_dsn(dsn)
+
+
+def test_h3_a_dsn_may_list_several_servers_with_one_account_and_database():
+    servers = db.parse_servers("mysql://orbit:s%40cret@10.0.0.1:3306,10.0.0.2:3307,db3/orbit")
+    assert [(s["host"], s["port"]) for s in servers] == [
+        ("10.0.0.1", 3306),
+        ("10.0.0.2", 3307),
+        ("db3", 3306),
+    ]
+    assert {(s["user"], s["password"], s["database"]) for s in servers} == {
+        ("orbit", "s@cret", "orbit")
+    }
+    assert db.parse_dsn("mysql://u@a:1,b:2/orbit")["host"] == "a"
+    assert len(db.parse_servers("mysql://u@a:1/orbit")) == 1
+    with pytest.raises(ValueError):
+        db.parse_servers("mysql://u@a:1,b:2/orbit?unix_socket=/tmp/s")
