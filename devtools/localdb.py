@@ -148,12 +148,20 @@ class PrivateServer:
         binaries: Binaries,
         binlog: bool = False,
         environment: dict[str, str] | None = None,
+        options: tuple[str, ...] = (),
+        port: int | None = None,
+        create_database: bool = True,
     ) -> None:
         """``environment``: variables added to the server's own (the benchmark's emulated slow
-        disk preloads a library through it, bench/slowdisk.py)."""
+        disk preloads a library through it, bench/slowdisk.py). ``options``: more server
+        options (replication, tests/failover); ``port``: a fixed port (a server rebuilt in
+        place keeps its address); ``create_database``: create the orbit database at start
+        (a replica receives it from its primary instead)."""
         self.directory = directory.resolve()
         self.binaries = binaries
-        self.options = SERVER_OPTIONS + (BINLOG_OPTIONS if binlog else ())
+        self.options = SERVER_OPTIONS + (BINLOG_OPTIONS if binlog else ()) + tuple(options)
+        self.fixed_port = port
+        self.create_database = create_database
         self.environment = dict(environment or {})
         self.datadir = self.directory / "data"
         self.socket = self.directory / "mysqld.sock"
@@ -187,7 +195,7 @@ class PrivateServer:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
             )
-        port = free_port()
+        port = self.fixed_port or free_port()
         self.portfile.write_text(str(port))
         log_offset = self.logfile.stat().st_size if self.logfile.exists() else 0
         self.process = subprocess.Popen(
@@ -213,7 +221,8 @@ class PrivateServer:
             # Connect only once this start has logged readiness: a handshake against a server
             # that is still starting fails in ways that leak the client's socket.
             if self._logged_ready(log_offset) and self._ping():
-                self._create_database()
+                if self.create_database:
+                    self._create_database()
                 return self.dsn()
             if self.process.poll() is not None:
                 raise LocalDbError(f"private MariaDB exited during start; see {self.logfile}")

@@ -1,5 +1,5 @@
 """``orbit-admin``: operator commands (bootstrap a tenant, create credentials with chosen scopes,
-revoke them, set quotas, create a direct-worker account)."""
+revoke them, set quotas, create a direct-worker account, promote a replica)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from urllib.parse import quote
 import pymysql
 
 from orbit_shell import errors
+from orbit_shell.cli import promote as promotion
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
 from orbit_shell.server import auth
@@ -225,7 +226,39 @@ def main(argv: list[str] | None = None) -> int:
     quota.add_argument("--application", required=True)
     quota.add_argument("--max-active-attempts", type=_positive, default=None)
     quota.add_argument("--max-unfinished", type=_positive, default=None)
+    promote = sub.add_parser(
+        "promote",
+        help="make a replica the primary; its tokens start above every earlier one",
+        description=promotion.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    promote.add_argument("--target", required=True, help="DSN (admin account) of the replica")
+    promote.add_argument("--old-primary", help="DSN of the primary it replaces, to fence it")
+    promote.add_argument(
+        "--replica", action="append", default=[], help="DSN of another replica to re-point"
+    )
+    promote.add_argument("--repl-user", help="replication account the replicas connect with")
+    promote.add_argument("--repl-password", default="")
+    promote.add_argument(
+        "--epoch-file", type=Path, help="where the last epoch given out is kept (read, written)"
+    )
+    promote.add_argument("--wait", type=_positive, default=30, help="seconds to wait to catch up")
     args = parser.parse_args(argv)
+    if args.command == "promote":
+        try:
+            promotion.promote(
+                args.target,
+                args.old_primary,
+                tuple(args.replica),
+                args.repl_user,
+                args.repl_password,
+                args.epoch_file,
+                args.wait,
+            )
+        except (promotion.PromoteError, pymysql.MySQLError, ValueError) as exc:
+            print(f"orbit-admin promote: {exc}", file=sys.stderr)
+            return 1
+        return 0
     dsn = os.environ.get("ORBIT_MYSQL_DSN")
     if not dsn:
         print("orbit-admin: ORBIT_MYSQL_DSN is not set", file=sys.stderr)

@@ -118,6 +118,16 @@ def connect(dsn: str, **overrides: Any) -> pymysql.connections.Connection:
     return _open(servers[find_primary(servers)], **overrides)
 
 
+def primary_dsn(dsn: str) -> str:
+    """``dsn`` naming only its primary (for tools that take one server, such as yoyo)."""
+    url = urlparse(dsn)
+    userinfo, _, hosts = url.netloc.rpartition("@")
+    if "," not in hosts:
+        return dsn
+    host = hosts.split(",")[find_primary(parse_servers(dsn))]
+    return url._replace(netloc=f"{userinfo}@{host}" if userinfo else host).geturl()
+
+
 def find_primary(servers: list[dict[str, Any]]) -> int:
     """The index of the server to write to: a writable one (``read_only`` off), the one with
     the highest token epoch when several are (a failed primary restarted writable after a

@@ -84,7 +84,7 @@ def _backend(dsn: str):
     that block DROP DATABASE and DDL from other sessions)."""
     from yoyo import get_backend
 
-    backend = get_backend(dsn)
+    backend = get_backend(db.primary_dsn(dsn))
     try:
         yield backend
     finally:

@@ -23,6 +23,7 @@ import threading
 import pymysql
 from prometheus_client import Gauge
 
+from orbit_shell import errors
 from orbit_shell.engine import db
 
 log = logging.getLogger("orbit.leader")
@@ -72,7 +73,8 @@ class Leadership(threading.Thread):
                         cur.execute("SELECT GET_LOCK(%s, 0) AS got", (self.name_of_lock,))
                         if cur.fetchone()["got"] == 1:
                             self._lead(True)
-            except pymysql.MySQLError as exc:
+            except (pymysql.MySQLError, errors.Unavailable) as exc:
+                # Unavailable: no writable server to bid on (a switch in progress).
                 if self.leading():
                     log.warning("leadership lost: %s", exc, extra={"action": "leader.lost"})
                 self._lead(False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import set_epoch
 from tests.engine import Engine
 
 EPOCH = 2**40
@@ -19,8 +20,8 @@ def eng(database, tenant) -> Engine:
 @pytest.fixture
 def epoch(database):
     """Set the database's token epoch for a test; epoch 0 again afterwards."""
-    yield lambda n: database.call("token_epoch_set", n, "test")
-    database.call("token_epoch_set", 0, "test")
+    yield lambda n: set_epoch(database, n)
+    set_epoch(database, 0)
 
 
 def _granted(eng: Engine, session: str, keys: list[str]) -> dict[str, int]:
@@ -78,8 +79,10 @@ def test_h1_a_key_at_the_end_of_its_epoch_is_refused_not_carried_into_the_next(
     assert [h["event"] for h in history].count("TOKEN_SPACE_EXHAUSTED") == 1
 
 
-def test_h1_the_epoch_is_bounded(database):
-    from orbit_shell import errors
+def test_h1_promotion_sees_positions_and_refuses_a_lagging_target():
+    from orbit_shell.cli.promote import ahead, gtid_position
 
-    with pytest.raises(errors.InvalidArgument):
-        database.call("token_epoch_set", 2**24, "test")
+    assert gtid_position("0-1-100,1-2-7") == {0: 100, 1: 7}
+    assert gtid_position("") == {}
+    assert ahead({0: 101}, {0: 100}) and not ahead({0: 100}, {0: 100, 1: 3})
+    assert ahead({1: 1}, {0: 100})

@@ -48,3 +48,8 @@ def test_h3_a_dsn_may_list_several_servers_with_one_account_and_database():
     assert len(db.parse_servers("mysql://u@a:1/orbit")) == 1
     with pytest.raises(ValueError):
         db.parse_servers("mysql://u@a:1,b:2/orbit?unix_socket=/tmp/s")
+
+
+def test_h3_a_single_server_dsn_is_its_own_primary():
+    dsn = "mysql://u:p@h:3307/orbit?ssl_ca=/ca.pem"
+    assert db.primary_dsn(dsn) == dsn

@@ -1,0 +1,208 @@
+"""``orbit-admin promote``: make a replica the primary without letting a token go back (H1).
+
+Steps, each printed as it is done:
+
+1. The target must be a replica (replication configured) of an Orbit database (its
+   ``token_epoch`` and ``orbit_meta`` tables); with ``--old-primary``, of that server.
+2. The old primary, when it answers, is fenced (``read_only``), and the target waits until it
+   has everything the old primary wrote; when it does not answer, the target applies what it
+   has received. No other replica named with ``--replica`` may be ahead of the target.
+3. Replication is stopped and forgotten on the target, its token epoch is raised above every
+   epoch seen (the target's, the old primary's, the other replicas', the last one written to
+   ``--epoch-file``), and only then is ``read_only`` turned off: the first write the new
+   primary takes already grants tokens above every earlier one.
+4. The other replicas replicate from the new primary (``--replica``, with ``--repl-user``).
+
+The account in the DSNs needs the privileges to manage replication and ``read_only``
+(``SUPER`` or, on MariaDB 10.5+, ``REPLICATION SLAVE ADMIN``, ``READ_ONLY ADMIN`` and
+``BINLOG ADMIN``). The application's own account must not hold ``READ_ONLY ADMIN``, or the
+fence does not hold it off (README, "Operations").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from orbit_shell.engine import db
+
+EPOCH_MAX = 2**24 - 1
+
+
+class PromoteError(RuntimeError):
+    """Promotion refused or failed; the message says why and what to do."""
+
+
+def gtid_position(text: str) -> dict[int, int]:
+    """``'0-1-100,1-2-7'`` as {domain: sequence number} (MariaDB GTID positions)."""
+    out: dict[int, int] = {}
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        domain, _server, seq = part.split("-")
+        out[int(domain)] = max(out.get(int(domain), 0), int(seq))
+    return out
+
+
+def ahead(a: dict[int, int], b: dict[int, int]) -> bool:
+    """Whether position ``a`` holds a transaction ``b`` does not."""
+    return any(seq > b.get(domain, 0) for domain, seq in a.items())
+
+
+def _admin(dsn: str, timeout: int = 3) -> pymysql.connections.Connection:
+    return db.connect(dsn, connect_timeout=timeout, read_timeout=120)
+
+
+def _one(conn, sql: str, args: Any = None) -> dict[str, Any] | None:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchone()
+
+
+def _epoch(conn) -> int:
+    row = _one(conn, "SELECT epoch FROM token_epoch WHERE id = 1")
+    return int(row["epoch"]) if row else 0
+
+
+def _reachable(dsn: str | None, say: Callable[[str], None], what: str):
+    if not dsn:
+        return None
+    try:
+        return _admin(dsn, timeout=2)
+    except pymysql.MySQLError as exc:
+        say(f"{what} {_where(dsn)} does not answer ({exc.args[0]}): left as it is")
+        return None
+
+
+def _where(dsn: str) -> str:
+    settings = db.parse_dsn(dsn)
+    return f"{settings['host']}:{settings['port']}"
+
+
+def promote(
+    target: str,
+    old_primary: str | None = None,
+    replicas: tuple[str, ...] = (),
+    repl_user: str | None = None,
+    repl_password: str = "",
+    epoch_file: Path | None = None,
+    wait_seconds: int = 30,
+    say: Callable[[str], None] = print,
+) -> int:
+    """Promote ``target``; return its new token epoch."""
+    conn = _admin(target)
+    try:
+        status = _one(conn, "SHOW SLAVE STATUS")
+        if status is None:
+            raise PromoteError(f"{_where(target)} is not a replica: refusing to promote it")
+        try:
+            _one(conn, "SELECT 1 FROM orbit_meta LIMIT 1")
+            target_epoch = _epoch(conn)
+        except pymysql.MySQLError as exc:
+            raise PromoteError(
+                f"{_where(target)} holds no Orbit database ({exc.args[1]}): refusing"
+            ) from exc
+        source = f"{status['Master_Host']}:{status['Master_Port']}"
+        if old_primary and source != _where(old_primary):
+            raise PromoteError(
+                f"{_where(target)} replicates from {source}, not from {_where(old_primary)}: "
+                "refusing (name the server it replicates from)"
+            )
+        epochs = [target_epoch]
+        old = _reachable(old_primary, say, "old primary")
+        if old is not None:
+            try:
+                with old.cursor() as cur:
+                    cur.execute("SET GLOBAL read_only = 1")
+                say(f"fenced the old primary {_where(old_primary)}: read_only = 1")
+                epochs.append(_epoch(old))
+                final = _one(old, "SELECT @@global.gtid_binlog_pos AS pos")["pos"]
+            finally:
+                old.close()
+            waited = _one(conn, "SELECT MASTER_GTID_WAIT(%s, %s) AS r", (final, wait_seconds))
+            if waited["r"] != 0:
+                raise PromoteError(
+                    f"{_where(target)} did not receive the old primary's last writes ({final}) "
+                    f"within {wait_seconds}s; it stays a replica (the old primary is fenced)"
+                )
+            say(f"the target has every write of the old primary (gtid {final})")
+        with conn.cursor() as cur:
+            cur.execute("STOP SLAVE IO_THREAD")
+        received = _one(conn, "SHOW SLAVE STATUS")["Gtid_IO_Pos"]
+        waited = _one(conn, "SELECT MASTER_GTID_WAIT(%s, %s) AS r", (received, wait_seconds))
+        if waited["r"] != 0:
+            raise PromoteError(
+                f"{_where(target)} did not apply what it received ({received}) within "
+                f"{wait_seconds}s; its IO thread is stopped, its SQL thread still runs"
+            )
+        mine = gtid_position(_one(conn, "SELECT @@global.gtid_current_pos AS pos")["pos"])
+        say(f"applied everything received (gtid {received or 'none'})")
+        others = []
+        for dsn in replicas:
+            other = _reachable(dsn, say, "replica")
+            if other is None:
+                continue
+            others.append((dsn, other))
+            pos = gtid_position(_one(other, "SELECT @@global.gtid_current_pos AS pos")["pos"])
+            epochs.append(_epoch(other))
+            if ahead(pos, mine):
+                for _, c in others:
+                    c.close()
+                raise PromoteError(
+                    f"replica {_where(dsn)} has writes {_where(target)} lacks: promote it instead"
+                )
+        if epoch_file is not None and epoch_file.exists():
+            epochs.append(int(json.loads(epoch_file.read_text())["epoch"]))
+        new_epoch = max(epochs) + 1
+        if new_epoch > EPOCH_MAX:
+            raise PromoteError("the token epochs are used up (2^24 promotions): refusing")
+        with conn.cursor() as cur:
+            cur.execute("STOP SLAVE")
+            cur.execute("RESET SLAVE ALL")
+            # A statement, not a routine: Orbit's routines run as their definer, the
+            # application's account, which read_only refuses until the epoch is raised.
+            cur.execute(
+                "UPDATE token_epoch SET epoch = %s, advanced_at = UTC_TIMESTAMP(6), note = %s "
+                "WHERE id = 1",
+                (new_epoch, f"orbit-admin promote: was a replica of {source}"),
+            )
+        if epoch_file is not None:
+            epoch_file.write_text(json.dumps({"epoch": new_epoch, "primary": _where(target)}))
+        say(
+            f"token epoch {target_epoch} -> {new_epoch}: tokens from now on start at "
+            f"{new_epoch << 40}"
+        )
+        semi = _one(conn, "SHOW GLOBAL VARIABLES LIKE 'rpl_semi_sync_slave_enabled'")
+        with conn.cursor() as cur:
+            if semi and semi["Value"] == "ON":
+                # A replica set up for semi-sync waits, as the primary, for its replicas' ack.
+                cur.execute("SET GLOBAL rpl_semi_sync_slave_enabled = OFF")
+                cur.execute("SET GLOBAL rpl_semi_sync_master_enabled = ON")
+                say("semi-synchronous replication: on, as the primary")
+            cur.execute("SET GLOBAL read_only = 0")
+        say(f"{_where(target)} is the primary: read_only = 0")
+        for dsn, other in others:
+            try:
+                _repoint(other, target, repl_user, repl_password)
+                say(f"replica {_where(dsn)} now replicates from {_where(target)}")
+            finally:
+                other.close()
+        return new_epoch
+    finally:
+        conn.close()
+
+
+def _repoint(conn, target: str, user: str | None, password: str) -> None:
+    if not user:
+        raise PromoteError("--repl-user is needed to point replicas at the new primary")
+    settings = db.parse_dsn(target)
+    with conn.cursor() as cur:
+        cur.execute("STOP SLAVE")
+        cur.execute(
+            "CHANGE MASTER TO MASTER_HOST = %s, MASTER_PORT = %s, MASTER_USER = %s, "
+            "MASTER_PASSWORD = %s, MASTER_USE_GTID = slave_pos",
+            (settings["host"], settings["port"], user, password),
+        )
+        cur.execute("START SLAVE")
