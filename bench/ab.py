@@ -38,12 +38,20 @@ def install_b(dsn: str, variants: dict[str, Path]) -> None:
     try:
         with conn.cursor() as cur:
             for name, path in variants.items():
-                pattern = rf"CREATE (PROCEDURE|FUNCTION) {name}\("
-                sql, n = re.subn(pattern, rf"CREATE \1 {name}_b(", path.read_text())
+                # Installed as the routine NAME_b of this tree's version (schema.py), its calls
+                # of the other routines versioned as A's are.
+                text = path.read_text()
+                kind = re.search(r"CREATE (PROCEDURE|FUNCTION)", text).group(1)
+                body = schema.versioned_body(schema.Routine(name, kind, text))
+                b_name = schema.routine_name(f"{name}_b")
+                sql, n = re.subn(
+                    rf"CREATE {kind} {schema.routine_name(name)}\(",
+                    f"CREATE {kind} {b_name}(",
+                    body,
+                )
                 if n != 1:
                     raise SystemExit(f"{path} does not create {name}")
-                kind = re.search(r"CREATE (PROCEDURE|FUNCTION)", sql).group(1)
-                cur.execute(f"DROP {kind} IF EXISTS {name}_b")
+                cur.execute(f"DROP {kind} IF EXISTS {b_name}")
                 cur.execute(sql)
     finally:
         conn.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
+from orbit_shell.engine.schema import routine_name
 
 
 def pct(values: list[float], p: float) -> float:
@@ -74,7 +75,7 @@ def counted_call(conn, procedure: str, *args) -> tuple[float, int, list[dict]]:
     before = handler_reads(conn)
     started = time.perf_counter()
     with conn.cursor() as cur:
-        cur.execute(f"CALL {procedure}({', '.join(['%s'] * len(args))})", args)
+        cur.execute(f"CALL {routine_name(procedure)}({', '.join(['%s'] * len(args))})", args)
         rows = list(cur.fetchall())
         while cur.nextset():
             pass

@@ -6,6 +6,7 @@ import json
 import secrets
 
 from orbit_shell.engine.db import Database
+from orbit_shell.engine.schema import routine_name
 
 
 def submit_item(queue: int, concurrency_key: str = "", **fields) -> dict:
@@ -38,7 +39,7 @@ def call_reads(conn, procedure: str, *args) -> tuple[int, list[dict]]:
     """Call a procedure on ``conn``: the rows it read and its first result set."""
     before = handler_reads(conn)
     with conn.cursor() as cur:
-        cur.execute(f"CALL {procedure}({', '.join(['%s'] * len(args))})", args)
+        cur.execute(f"CALL {routine_name(procedure)}({', '.join(['%s'] * len(args))})", args)
         rows = list(cur.fetchall())
         while cur.nextset():
             pass

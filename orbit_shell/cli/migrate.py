@@ -1,4 +1,5 @@
-"""``orbit-migrate``: apply migrations and install routines, or list their status."""
+"""``orbit-migrate``: apply migrations and install this version's routines, list their status,
+or drop the routines of older versions."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("up", help="apply every pending migration and (re)install the routines")
     sub.add_parser("status", help="list applied and pending migrations")
     sub.add_parser("snapshot", help="print the database's tables as CREATE TABLE statements")
+    prune = sub.add_parser(
+        "prune", help="drop the routines of every other version (once no server runs one)"
+    )
+    prune.add_argument("--keep", action="append", default=[], help="a version to keep too")
     args = parser.parse_args(argv)
     dsn = os.environ.get("ORBIT_MYSQL_DSN")
     if not dsn:
@@ -24,8 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             applied = schema.apply(dsn)
             print(f"applied {len(applied)} migration(s): {', '.join(applied) or 'none pending'}")
-            digest = schema.routines_digest()[:12]
-            print(f"installed {len(schema.routines())} routine(s), digest {digest}")
+            print(f"routines of version {schema.version()}: {len(schema.routines())} installed")
+        elif args.command == "prune":
+            dropped = schema.prune(dsn, tuple(args.keep))
+            print(f"dropped the routines of: {', '.join(dropped) or 'no other version'}")
         elif args.command == "snapshot":
             sys.stdout.write(schema.snapshot(dsn))
         else:

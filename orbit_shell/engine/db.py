@@ -31,6 +31,7 @@ log = logging.getLogger("orbit.db")
 ER_SIGNAL_EXCEPTION = 1644
 ER_LOCK_DEADLOCK = 1213
 ER_LOCK_WAIT_TIMEOUT = 1205
+ER_SP_DOES_NOT_EXIST = 1305
 RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
 # Client-side codes for "no server" / "connection lost": CR_CONN_HOST_ERROR, CR_SERVER_GONE,
 # CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED (+ ER_CON_COUNT_ERROR, server shutdown in progress).
@@ -254,9 +255,19 @@ class Database:
     OPEN_WAIT = 10.0  # seconds a call waits for a connection when max_open are lent
 
     def __init__(
-        self, dsn: str, pool_size: int = 8, sleep=None, max_open: int | None = None
+        self,
+        dsn: str,
+        pool_size: int = 8,
+        sleep=None,
+        max_open: int | None = None,
+        routines: str | None = None,
     ) -> None:
+        """``routines``: the routine version to call, the calling code's
+        (``schema.version()``); None calls the latest the database has installed
+        (``orbit_meta``), read once and again when a routine of it is not found."""
         self.dsn = dsn
+        self._routines = routines
+        self._latest: str | None = None
         # With several servers (H3) connections go to the primary found last; an error that
         # says it is gone or takes no writes forgets it and the pool, and the next connection
         # looks again (find_primary).
@@ -325,8 +336,9 @@ class Database:
                 be reached, INTERNAL for anything unexpected.
         """
         placeholders = ", ".join(["%s"] * len(args))
-        sql = f"CALL {procedure}({placeholders})"
+        refreshed = False
         for attempt in range(DEADLOCK_RETRIES + 1):
+            sql = f"CALL {self.routine(procedure)}({placeholders})"
             try:
                 with self.connection() as conn, conn.cursor() as cur:
                     cur.execute(sql, args)
@@ -339,6 +351,10 @@ class Database:
                         if not cur.nextset():
                             return sets
             except pymysql.MySQLError as exc:
+                if exc.args and exc.args[0] == ER_SP_DOES_NOT_EXIST and not refreshed:
+                    if self._routines is None:  # a newer version replaced the latest
+                        self._latest, refreshed = None, True
+                        continue
                 mapped = map_error(exc)
                 if _switching(exc):
                     self.forget_primary()
@@ -362,6 +378,18 @@ class Database:
                     )
                 raise mapped from exc
         raise AssertionError("unreachable")
+
+    def routine(self, name: str) -> str:
+        """The installed name of routine ``name`` in the version this pool calls."""
+        version = self._routines or self._latest
+        if version is None:
+            rows = self.query(
+                "SELECT meta_value FROM orbit_meta WHERE meta_key = 'routines_version'"
+            )
+            if not rows:
+                raise errors.Unavailable("no Orbit routines installed; run `orbit-migrate up`")
+            version = self._latest = rows[0]["meta_value"]
+        return f"{name}__{version}"
 
     def query(self, sql: str, args: Any = None) -> list[dict[str, Any]]:
         """Run one read-only SELECT."""

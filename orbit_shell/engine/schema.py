@@ -1,10 +1,13 @@
-"""Schema management: yoyo migrations, routine installation and the version check.
+"""Schema management: yoyo migrations, versioned routine installation and the version check.
 
 Migrations (``sql/migrations``) are plain DDL/DML applied by yoyo. Routines (``sql/procedures``,
-one per file, file stem = routine name) are (re)installed after every ``up``, because yoyo runs
-hooks only when a migration was pending. The digest of the installed routine files is kept in
-``orbit_meta`` so a server can refuse a database whose schema or routines are not the ones it
-ships (K11).
+one per file, file stem = routine name) are installed after every ``up`` under versioned names,
+``<name>__<version>``, the version being the first 12 hex of the digest of all routine files;
+a routine's calls to the others name the same version. Installing a new version adds routines
+and drops none, so a server of the previous version keeps calling its own, unchanged, while
+the new one is installed (H5); ``orbit-migrate prune`` drops the versions no server runs any
+more. ``orbit_meta`` records the latest version installed (``routines_version``): a process
+without the SQL files (a direct worker) calls that one.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -21,6 +25,7 @@ import pymysql
 
 from orbit_shell.engine import db
 
+log = logging.getLogger("orbit.schema")
 SQL_DIR = Path(os.environ.get("ORBIT_SQL_DIR", Path(__file__).resolve().parents[2] / "sql"))
 MIGRATIONS_DIR = SQL_DIR / "migrations"
 PROCEDURES_DIR = SQL_DIR / "procedures"
@@ -78,6 +83,38 @@ def routines_digest() -> str:
     return digest.hexdigest()
 
 
+def version() -> str:
+    """This code's routine version: the digest's first 12 hex."""
+    return routines_digest()[:12]
+
+
+def code_version() -> str | None:
+    """``version()``, or None where the SQL files are not at hand (an SDK-only install)."""
+    try:
+        return version()
+    except SchemaMismatch:
+        return None
+
+
+VERSIONED_RE = re.compile(r"^(\w+)__([0-9a-f]{12})$")
+
+
+def routine_name(name: str, at: str | None = None) -> str:
+    """The installed name of routine ``name`` in version ``at`` (this code's by default)."""
+    return f"{name}__{at or version()}"
+
+
+@functools.cache
+def _calls() -> re.Pattern:
+    names = sorted((r.name for r in routines()), key=len, reverse=True)
+    return re.compile(r"\b(" + "|".join(names) + r")\b(?=\s*\()")
+
+
+def versioned_body(routine: Routine) -> str:
+    """The routine's text with its own name and every call of another routine versioned."""
+    return _calls().sub(lambda m: routine_name(m.group(1)), routine.body)
+
+
 @contextlib.contextmanager
 def _backend(dsn: str):
     """A yoyo backend whose connection is closed afterwards (an open one holds metadata locks
@@ -122,31 +159,98 @@ def apply(dsn: str, until: str | None = None, install: bool = True) -> list[str]
 
 
 def install_routines(dsn: str) -> int:
-    """Drop and re-create every routine, then record the digest; harmless to repeat.
+    """Install this version's routines, those not installed yet, and record it as the latest;
+    harmless to repeat, and never drops a routine (a running server may be calling it).
 
     A routine runs under the ``sql_mode`` it was created with: the connection's, which
     :func:`db.connect` sets to :data:`db.SQL_MODE` whatever the server's default.
+    Returns the number of routines created now.
     """
     conn = db.connect(dsn)
+    created = 0
     try:
         with conn.cursor() as cur:
+            present = _installed(cur)
             for routine in routines():
-                cur.execute(f"DROP {routine.kind} IF EXISTS `{routine.name}`")
-                cur.execute(routine.body)
-            cur.execute(
-                "INSERT INTO orbit_meta (meta_key, meta_value, updated_at) "
-                "VALUES ('routines_digest', %s, UTC_TIMESTAMP(6)) "
-                "ON DUPLICATE KEY UPDATE meta_value = VALUES(meta_value), "
-                "updated_at = VALUES(updated_at)",
-                (routines_digest(),),
-            )
-        return len(routines())
+                if routine_name(routine.name) not in present:
+                    cur.execute(versioned_body(routine))
+                    created += 1
+            _grant_new_version(cur)
+            for key, value in (
+                ("routines_digest", routines_digest()),
+                ("routines_version", version()),
+            ):
+                cur.execute(
+                    "INSERT INTO orbit_meta (meta_key, meta_value, updated_at) "
+                    "VALUES (%s, %s, UTC_TIMESTAMP(6)) "
+                    "ON DUPLICATE KEY UPDATE meta_value = VALUES(meta_value), "
+                    "updated_at = VALUES(updated_at)",
+                    (key, value),
+                )
+        return created
     finally:
         conn.close()
 
 
+def _grant_new_version(cur) -> None:
+    """Give every account that may EXECUTE a routine of an earlier version (a direct worker
+    account) the same routine of this version. Needs read access to ``mysql.procs_priv`` and
+    the right to grant; without them ``orbit-admin worker-account`` grants it again."""
+    try:
+        cur.execute("SELECT User, Host, Routine_name FROM mysql.procs_priv WHERE Db = DATABASE()")
+        rows = cur.fetchall()
+        for row in rows:
+            match = VERSIONED_RE.match(row["Routine_name"])
+            if match and match.group(2) != version():
+                cur.execute(
+                    f"GRANT EXECUTE ON PROCEDURE `{routine_name(match.group(1))}` TO %s@%s",
+                    (row["User"], row["Host"]),
+                )
+    except pymysql.MySQLError as exc:
+        log.warning(
+            "direct worker accounts not granted this version's routines (%s); run "
+            "`orbit-admin worker-account` again for each",
+            exc.args[-1],
+        )
+
+
+def _installed(cur) -> set[str]:
+    cur.execute(
+        "SELECT ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = DATABASE()"
+    )
+    return {row["ROUTINE_NAME"] for row in cur.fetchall()}
+
+
+def prune(dsn: str, keep: tuple[str, ...] = ()) -> list[str]:
+    """Drop the routines of every version but this code's (and ``keep``), and those installed
+    before routines were versioned; return the versions dropped. Run it once no server or
+    direct worker of those versions runs (docs/operations.md, "Upgrades")."""
+    kept = {version(), *keep}
+    known = {r.name for r in routines()}
+    conn = db.connect(dsn)
+    dropped: set[str] = set()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT ROUTINE_NAME, ROUTINE_TYPE FROM information_schema.ROUTINES "
+                "WHERE ROUTINE_SCHEMA = DATABASE()"
+            )
+            for row in cur.fetchall():
+                name = row["ROUTINE_NAME"]
+                match = VERSIONED_RE.match(name)
+                old = match.group(2) if match and match.group(2) not in kept else None
+                if old or name in known:
+                    cur.execute(f"DROP {row['ROUTINE_TYPE']} IF EXISTS `{name}`")
+                    dropped.add(old or "unversioned")
+    finally:
+        conn.close()
+    return sorted(dropped)
+
+
 def check(dsn: str) -> None:
-    """Raise SchemaMismatch unless the database is exactly at the version this code ships.
+    """Raise SchemaMismatch unless this code can run on the database: every migration it
+    ships applied, its routine version installed, and no migration it does not know unless its
+    routines are installed (a rolling upgrade to a newer version).
 
     Raises:
         SchemaMismatch: with a message that says whether the database is older or newer.
@@ -157,8 +261,7 @@ def check(dsn: str) -> None:
             try:
                 cur.execute("SELECT migration_id FROM _yoyo_migration")
                 applied = {row["migration_id"] for row in cur.fetchall()}
-                cur.execute("SELECT meta_value FROM orbit_meta WHERE meta_key = 'routines_digest'")
-                row = cur.fetchone()
+                present = _installed(cur)
             except pymysql.err.ProgrammingError as exc:
                 raise SchemaMismatch(
                     "database has no Orbit schema; run `orbit-migrate up`"
@@ -166,7 +269,11 @@ def check(dsn: str) -> None:
     finally:
         conn.close()
     expected = set(migration_ids())
-    if applied - expected:
+    mine = all(routine_name(r.name) in present for r in routines())
+    # Migrations this server does not know are a newer version's. During a rolling upgrade
+    # they are allowed while this version's routines are installed: a migration keeps the
+    # previous version's routines working (docs/operations.md, "Upgrades").
+    if applied - expected and not mine:
         raise SchemaMismatch(
             "database schema is newer than this server (unknown migrations: "
             + ", ".join(sorted(applied - expected))
@@ -178,9 +285,11 @@ def check(dsn: str) -> None:
             + ", ".join(sorted(expected - applied))
             + "); run `orbit-migrate up`"
         )
-    if row is None or row["meta_value"] != routines_digest():
+    missing = [r.name for r in routines() if routine_name(r.name) not in present]
+    if missing:
         raise SchemaMismatch(
-            "installed routines differ from this server's; run `orbit-migrate up` with this version"
+            f"this server's routines (version {version()}) are not installed; "
+            "run `orbit-migrate up` with this version"
         )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from orbit_shell import errors, validation
-from orbit_shell.engine import batches, longpoll, serialize
+from orbit_shell.engine import batches, longpoll, schema, serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.schema import SchemaMismatch
 from orbit_shell.sdk.client import Client
@@ -156,7 +156,9 @@ class MysqlTransport:
     def __init__(
         self, dsn: str, application: str, environment: str, namespace: str, sleep=time.sleep
     ) -> None:
-        self.db = Database(dsn, pool_size=4)
+        # The routines of this code's version where its SQL files are at hand, else the
+        # database's latest (an SDK installed without them).
+        self.db = Database(dsn, pool_size=4, routines=schema.code_version())
         self.sleep = sleep
         [[row]] = self._call("worker_namespace", application, environment, namespace)
         try:

@@ -17,6 +17,7 @@ import falcon
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from orbit_shell import errors, validation
+from orbit_shell.engine import schema
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.longpoll import PollGate
 from orbit_shell.server import auth, openapi
@@ -145,7 +146,10 @@ def create_app(
 ) -> falcon.App:
     """Build the WSGI app. Connections are opened lazily, so it is safe before a fork."""
     database = database or Database(
-        config.dsn, pool_size=config.db_pool_size, max_open=config.db_max_open
+        config.dsn,
+        pool_size=config.db_pool_size,
+        max_open=config.db_max_open,
+        routines=schema.version(),
     )
     registry = registry or CollectorRegistry()
     app = falcon.App(middleware=[RequestContext(database, registry)])

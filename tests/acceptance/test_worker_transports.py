@@ -17,7 +17,7 @@ import pytest
 from orbit_shell.cli.admin import worker_account
 from orbit_shell.engine import db, schema
 from orbit_shell.engine.db import Database
-from orbit_shell.engine.schema import SchemaMismatch
+from orbit_shell.engine.schema import SchemaMismatch, routine_name
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import (
     ApiError,
@@ -533,16 +533,17 @@ def test_least_privilege_account_can_run_worker_procedures_but_not_touch_tables(
                 "SELECT * FROM tasks LIMIT 1",
                 "UPDATE tasks SET priority = 0",
                 "INSERT INTO orbit_meta VALUES ('x', 'y', NOW())",
-                "CALL task_cancel(1, REPEAT('0', 32), 'me')",
-                "CALL tenant_bootstrap('a','b','c','d','e','f','g','h')",
+                f"CALL {routine_name('task_cancel')}(1, REPEAT('0', 32), 'me')",
+                f"CALL {routine_name('tenant_bootstrap')}('a','b','c','d','e','f','g','h')",
                 # helpers run only inside the worker procedures that call them
-                "CALL attempt_start_one(1, REPEAT('0', 32), REPEAT('0', 32), @attempt)",
+                f"CALL {routine_name('attempt_start_one')}"
+                "(1, REPEAT('0', 32), REPEAT('0', 32), @attempt)",
             ):
                 with pytest.raises(pymysql.err.MySQLError) as info:
                     cur.execute(sql)
                 assert info.value.args[0] in (1142, 1370), sql  # table / routine access denied
             with pytest.raises(pymysql.err.MySQLError) as info:
-                cur.execute("CALL worker_namespace('no-such-app', 'test', 'ns')")
+                cur.execute(f"CALL {routine_name('worker_namespace')}('no-such-app', 'test', 'ns')")
             assert "NOT_FOUND" in str(info.value.args[1])  # allowed to run, answered normally
     finally:
         conn.close()
@@ -568,12 +569,15 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
         with conn.cursor() as cur:
             for sql, args in (
                 (
-                    "CALL worker_hello(%s, %s, 'intruder', 4, 1, %s, 'x')",
+                    f"CALL {routine_name('worker_hello')}(%s, %s, 'intruder', 4, 1, %s, 'x')",
                     (b.namespace_id, b.application_id, json.dumps([b.queue_id])),
                 ),
-                ("CALL worker_claim(%s, REPEAT('0', 32), 10)", (b.namespace_id,)),
-                ("CALL session_ready(%s, REPEAT('0', 32))", (b.namespace_id,)),
-                ("CALL worker_goodbye(%s, REPEAT('0', 32))", (b.namespace_id,)),
+                (
+                    f"CALL {routine_name('worker_claim')}(%s, REPEAT('0', 32), 10)",
+                    (b.namespace_id,),
+                ),
+                (f"CALL {routine_name('session_ready')}(%s, REPEAT('0', 32))", (b.namespace_id,)),
+                (f"CALL {routine_name('worker_goodbye')}(%s, REPEAT('0', 32))", (b.namespace_id,)),
             ):
                 with pytest.raises(pymysql.err.MySQLError) as info:
                     cur.execute(sql, args)
@@ -597,7 +601,7 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
         with conn.cursor() as cur:
             with pytest.raises(pymysql.err.MySQLError) as info:
                 cur.execute(
-                    "CALL attempt_start(%s, %s, %s)",
+                    f"CALL {routine_name('attempt_start')}(%s, %s, %s)",
                     (b.namespace_id, session_b, granted["attempt_id"]),
                 )
             assert "NOT_FOUND" in str(info.value.args[1])

@@ -13,6 +13,7 @@ import pytest
 
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
+from orbit_shell.engine.schema import routine_name
 from tests.engine import Engine, call_reads, submit_item
 
 U64_MAX = 18446744073709551615
@@ -85,7 +86,8 @@ def test_k8_ten_thousand_blocked_tasks_do_not_hide_another_key(eng, database):
         with conn.cursor() as cur:
             for i in range(10_000):
                 cur.execute(
-                    "CALL task_submit(%s, %s, %s, REPEAT('f', 64), 'h', 'v1', 'v1', '{}', "
+                    f"CALL {routine_name('task_submit')}(%s, %s, %s, REPEAT('f', 64), "
+                    "'h', 'v1', 'v1', '{}', "
                     "'', 'hot/key', 5, NULL, NULL, 'test', NULL, NULL, NULL)",
                     (eng.t.namespace_id, eng.ids[queue], f"bulk-{i}"),
                 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pymysql
 
 from orbit_shell.engine import db
+from orbit_shell.engine.schema import routine_name
 from tests.engine import Engine
 
 
@@ -25,7 +26,10 @@ def test_a_claim_does_not_lock_the_next_queues_first_row(database, tenant_factor
     session, _ = mine.hello()
     # The next queue's claim, as it holds its task row.
     waited = _call_while_held(
-        orbit_dsn, theirs, "CALL worker_claim(%s, %s, %s)", (mine.t.namespace_id, session, 4)
+        orbit_dsn,
+        theirs,
+        f"CALL {routine_name('worker_claim')}(%s, %s, %s)",
+        (mine.t.namespace_id, session, 4),
     )
     assert waited is None, f"my claim waited on the other application's task row: {waited}"
 
@@ -40,7 +44,7 @@ def test_pausing_a_queue_does_not_lock_the_next_queues_first_row(
     assert next_door.ids[next_door.queue] > mine.ids[mine.queue]
     mine.submit()  # unkeyed: stays READY, before the range
     theirs = next_door.submit()
-    pause = "CALL queue_set_state(%s, %s, 'PAUSED')"
+    pause = f"CALL {routine_name('queue_set_state')}(%s, %s, 'PAUSED')"
     waited = _call_while_held(orbit_dsn, theirs, pause, (mine.t.namespace_id, mine.queue))
     assert waited is None, f"my pause waited on the other application's task row: {waited}"
 
@@ -59,15 +63,15 @@ def test_the_claim_and_its_probe_check_for_recovery_without_locks(database, tena
     # A start in flight: the LEASED attempt's index entries are changing under its lock.
     start = ("UPDATE attempts SET state = 'RUNNING' WHERE public_id = %s", (leased["attempt_id"],))
     for sql, args in (
-        ("CALL session_ready(%s, %s)", (eng.t.namespace_id, other)),
-        ("CALL worker_claim(%s, %s, %s)", (eng.t.namespace_id, other, 2)),
+        (f"CALL {routine_name('session_ready')}(%s, %s)", (eng.t.namespace_id, other)),
+        (f"CALL {routine_name('worker_claim')}(%s, %s, %s)", (eng.t.namespace_id, other, 2)),
     ):
         waited = _call_while(orbit_dsn, start, sql, args)
         assert waited is None, f"{sql} waited on the starting attempt: {waited}"
     # The probe's READY check is a plain read too, past a task whose claim index entry changes.
     moving = eng.submit()
     change = ("UPDATE tasks SET priority = 1 WHERE public_id = %s", (moving,))
-    probe = ("CALL session_ready(%s, %s)", (eng.t.namespace_id, other))
+    probe = (f"CALL {routine_name('session_ready')}(%s, %s)", (eng.t.namespace_id, other))
     waited = _call_while(orbit_dsn, change, *probe)
     assert waited is None, f"the probe waited on a changing READY task: {waited}"
 

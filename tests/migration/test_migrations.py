@@ -8,6 +8,7 @@ import pymysql
 import pytest
 
 from orbit_shell.engine import db, schema
+from orbit_shell.engine.schema import routine_name
 
 KEYED = "000005_keyed_concurrency"
 
@@ -42,15 +43,44 @@ def test_apply_from_empty_then_again_is_harmless(fresh_dsn):
 
 def test_installed_routines_are_exactly_the_procedure_files(fresh_dsn):
     schema.apply(fresh_dsn)
-    schema.install_routines(fresh_dsn)  # a second install re-creates, never duplicates
+    assert schema.install_routines(fresh_dsn) == 0  # a second install creates nothing
     rows = _rows(
         fresh_dsn,
         "SELECT routine_name AS n, routine_type AS t, security_type AS s "
         "FROM information_schema.routines WHERE routine_schema = DATABASE()",
     )
     installed = {(r["n"], r["t"]) for r in rows}
-    assert installed == {(r.name, r.kind) for r in schema.routines()}
+    assert installed == {(schema.routine_name(r.name), r.kind) for r in schema.routines()}
     assert {r["s"] for r in rows} == {"DEFINER"}  # W9: procedures run as their definer
+
+
+def test_h5_a_new_version_installs_beside_the_old_and_prune_drops_the_old(fresh_dsn, tmp_path):
+    """Routines are versioned by the digest of their files; a routine calls the others of its
+    own version, so two versions run side by side until the old one is pruned."""
+    schema.apply(fresh_dsn)
+    old = schema.version()
+    body = next(r for r in schema.routines() if r.name == "task_submit")
+    text = schema.versioned_body(body)
+    assert f"CREATE PROCEDURE task_submit__{old}(" in text
+    assert f"CALL task_submit_one__{old}(" in text and "task_submit_one(" not in text
+    other = "0123456789ab"
+    conn = db.connect(fresh_dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(text.replace(f"task_submit__{old}(", f"task_submit__{other}("))
+    finally:
+        conn.close()
+    schema.check(fresh_dsn)  # this version's routines are all there
+    assert schema.prune(fresh_dsn) == [other]
+    names = {
+        r["n"]
+        for r in _rows(
+            fresh_dsn,
+            "SELECT routine_name AS n FROM information_schema.routines "
+            "WHERE routine_schema = DATABASE()",
+        )
+    }
+    assert f"task_submit__{other}" not in names and f"task_submit__{old}" in names
 
 
 def test_routines_run_under_mysql8s_sql_mode_whatever_the_servers_default(fresh_dsn):
@@ -162,18 +192,22 @@ def test_server_refuses_newer_schema_and_foreign_routines(fresh_dsn):
     try:
         with conn.cursor() as cur:
             cur.execute(
-                "UPDATE orbit_meta SET meta_value = 'other' WHERE meta_key = 'routines_digest'"
-            )
-        with pytest.raises(schema.SchemaMismatch, match="routines"):
-            schema.check(fresh_dsn)
-        schema.install_routines(fresh_dsn)
-        with conn.cursor() as cur:
-            cur.execute(
                 "INSERT INTO _yoyo_migration (migration_hash, migration_id, applied_at_utc) "
                 "VALUES (REPEAT('f', 64), '999999_from_the_future', UTC_TIMESTAMP())"
             )
+        # A newer version's migration: accepted while this version's routines are installed
+        # (a rolling upgrade), refused once they are gone.
+        schema.check(fresh_dsn)
+        with conn.cursor() as cur:
+            cur.execute(f"DROP PROCEDURE {schema.routine_name('task_submit')}")
         with pytest.raises(schema.SchemaMismatch, match="newer"):
             schema.check(fresh_dsn)
+        with conn.cursor() as cur:
+            cur.execute("DELETE FROM _yoyo_migration WHERE migration_id LIKE '999999%'")
+        with pytest.raises(schema.SchemaMismatch, match="routines"):
+            schema.check(fresh_dsn)
+        schema.install_routines(fresh_dsn)
+        schema.check(fresh_dsn)
     finally:
         conn.close()
 
@@ -206,7 +240,7 @@ def test_pymysql_reads_signal_errors_as_1644(orbit_dsn):
     conn = db.connect(orbit_dsn)
     try:
         with conn.cursor() as cur, pytest.raises(pymysql.MySQLError) as info:
-            cur.execute("CALL task_cancel(0, REPEAT('0', 32), 'test')")
+            cur.execute(f"CALL {routine_name('task_cancel')}(0, REPEAT('0', 32), 'test')")
         assert info.value.args[0] == db.ER_SIGNAL_EXCEPTION
         assert str(info.value.args[1]).startswith("NOT_FOUND:")
     finally:
