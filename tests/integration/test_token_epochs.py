@@ -86,3 +86,24 @@ def test_h1_promotion_sees_positions_and_refuses_a_lagging_target():
     assert gtid_position("") == {}
     assert ahead({0: 101}, {0: 100}) and not ahead({0: 100}, {0: 100, 1: 3})
     assert ahead({1: 1}, {0: 100})
+
+
+def test_h1_promote_refuses_a_server_that_is_not_a_replica(orbit_dsn, tmp_path):
+    from orbit_shell.cli.promote import PromoteError, promote
+
+    before = _epoch_of(orbit_dsn)
+    with pytest.raises(PromoteError, match="is not a replica"):
+        promote(orbit_dsn, epoch_file=tmp_path / "epoch.json", say=lambda line: None)
+    assert _epoch_of(orbit_dsn) == before and not (tmp_path / "epoch.json").exists()
+
+
+def _epoch_of(dsn: str) -> int:
+    from orbit_shell.engine import db
+
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT epoch FROM token_epoch")
+            return cur.fetchone()["epoch"]
+    finally:
+        conn.close()

@@ -53,3 +53,15 @@ def test_h3_a_dsn_may_list_several_servers_with_one_account_and_database():
 def test_h3_a_single_server_dsn_is_its_own_primary():
     dsn = "mysql://u:p@h:3307/orbit?ssl_ca=/ca.pem"
     assert db.primary_dsn(dsn) == dsn
+
+
+def test_h3_a_server_that_takes_no_writes_is_a_switch_503_with_retry_after():
+    import pymysql
+
+    from orbit_shell import errors
+
+    for code in (1290, 1836):
+        mapped = db.map_error(pymysql.err.OperationalError(code, "read-only"))
+        assert isinstance(mapped, errors.Unavailable) and mapped.retry_after == 1
+        assert db._switching(pymysql.err.OperationalError(code, "read-only"))
+    assert not db._switching(pymysql.err.OperationalError(1062, "duplicate"))
