@@ -638,14 +638,14 @@ def test_the_direct_transport_refuses_worker_procedures_of_another_protocol(
     database = Database(fresh_dsn, pool_size=1)
     tenant = make_tenant(database, tmp_path)
     assert MysqlTransport(fresh_dsn, tenant.application, "test", tenant.namespace).namespace_id
-    body = next(r.body for r in schema.routines() if r.name == "worker_namespace")
+    body = schema.versioned_body(next(r for r in schema.routines() if r.name == "worker_namespace"))
     column = "1 AS worker_protocol"
     assert column in body
     other = "" if protocol is None else f", {protocol} AS worker_protocol"
     conn = db.connect(fresh_dsn)
     try:
         with conn.cursor() as cur:
-            cur.execute("DROP PROCEDURE worker_namespace")
+            cur.execute(f"DROP PROCEDURE {schema.routine_name('worker_namespace')}")
             cur.execute(body.replace(", " + column, other))
     finally:
         conn.close()
