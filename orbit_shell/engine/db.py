@@ -380,7 +380,11 @@ class Database:
         raise AssertionError("unreachable")
 
     def routine(self, name: str) -> str:
-        """The installed name of routine ``name`` in the version this pool calls."""
+        """The installed name of routine ``name`` in the version this pool calls. A name
+        qualified by its database (``other_db.proc``) is not one of Orbit's versioned
+        routines and is called as it is (the benchmark's floor procedures)."""
+        if "." in name:
+            return name
         version = self._routines or self._latest
         if version is None:
             rows = self.query(
