@@ -1,20 +1,22 @@
-"""Failover runner (H1-H3): keyed work through the real server while the primary is killed
-with ``kill -9`` and a replica promoted with ``orbit-admin promote``, again and again.
+"""Failover runner (H1-H3): keyed work through the real server while the primary changes,
+again and again, by ``orbit-admin promote``.
 
 A primary and two replicas (tests/failover/cluster.py) under semi-synchronous replication;
 `orbit` with the three servers in its DSN; SDK worker processes writing through a fenced store
-on a server of its own; producers submitting through the API with Idempotency-Keys. After each
-kill the most advanced replica is promoted, the other replica follows it, and the killed server
-comes back empty as a replica. The checker then reads the workers' records, the producers'
-acknowledgements and the last primary: per key the tokens in the order their holders started
-never repeat or go back, the store accepted only rising tokens, no acknowledged submission is
-missing, and every task settled.
+on a server of its own; producers submitting through the API with Idempotency-Keys. The first
+change is a switchover (the old primary answers: promote fences it and waits for all it
+wrote), the others ``kill -9`` of the primary; each time the most advanced replica is
+promoted, the other replica follows it, and the old primary comes back empty as a replica.
+The checker then reads the workers' records, the producers' acknowledgements and the last
+primary: per key the tokens in the order their holders started never repeat or go back, the
+store accepted only rising tokens, no acknowledged submission is missing, and every task
+settled.
 
 The negative control runs the same with asynchronous replication, the replicas' IO threads
 stopped before the kill and the promotion done without raising the epoch: the checker must
 report regressions there, or the runner fails (a checker that cannot fail proves nothing).
 
-    python -m tests.failover.runner [--long] [--control-only] [--keep DIR]
+    python -m tests.failover.runner [--long] [--work DIR]
 """
 
 from __future__ import annotations
@@ -136,7 +138,9 @@ class Run:
         ]
 
     # Faults ------------------------------------------------------------------------------------
-    def failover(self) -> None:
+    def failover(self, kill: bool = True) -> None:
+        """``kill``: ``kill -9`` of the primary first; otherwise a switchover, where promote
+        finds the old primary answering, fences it and waits for everything it wrote."""
         cluster = self.cluster
         old = cluster.primary
         if self.control:  # the replicas miss what the primary writes from now on
@@ -145,7 +149,8 @@ class Run:
             time.sleep(1.0)
         target = cluster.most_advanced_replica()
         self.kills.append(time.monotonic())
-        cluster.nodes[old].kill()
+        if kill:
+            cluster.nodes[old].kill()
         others = [cluster.nodes[i].admin_dsn() for i in cluster.replicas() if i != target]
         if self.control:
             cluster.nodes[target].sql("STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = OFF")
@@ -263,7 +268,9 @@ def scenario(work: Path, failovers: int, control: bool, run_seconds: float) -> d
             p.start()
         time.sleep(run_seconds)
         for n in range(failovers):
-            run.failover()
+            # The first change of primary is a switchover (the old one fenced, not killed);
+            # the control's is a kill, as its replicas are cut off first anyway.
+            run.failover(kill=control or n > 0)
             note(f"failover {n + 1} done: primary {run.cluster.nodes[run.cluster.primary].where}")
             time.sleep(run_seconds)
         for p in producers:
