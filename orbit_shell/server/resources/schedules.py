@@ -28,7 +28,7 @@ FROM = (
 )
 
 
-def _view(row) -> dict:
+def schedule_view(row) -> dict:
     return {
         "schedule_id": row["public_id"],
         "name": row["name"],
@@ -99,15 +99,15 @@ class Schedules:
             validation.stored_json(body["definition"]),
             rule.next_after(schedules.utcnow()),
         )
-        ok(req, resp, _view(schedule_row(s, row["schedule_id"])), falcon.HTTP_201)
+        ok(req, resp, schedule_view(schedule_row(s, row["schedule_id"])), falcon.HTTP_201)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "tasks:read")
-        ok(req, resp, [_view(r) for r in schedule_list(s)])
+        ok(req, resp, [schedule_view(r) for r in schedule_list(s)])
 
     def on_get_item(self, req: falcon.Request, resp: falcon.Response, schedule_id: str) -> None:
         s = scope(req, "tasks:read")
-        ok(req, resp, _view(schedule_row(s, schedule_id)))
+        ok(req, resp, schedule_view(schedule_row(s, schedule_id)))
 
     def on_post_versions(self, req, resp, schedule_id: str) -> None:
         s = scope(req, "queues:manage")
@@ -127,7 +127,7 @@ class Schedules:
             validation.stored_json(definition),
             rule.next_after(schedules.utcnow()),
         )
-        ok(req, resp, _view(schedule_row(s, schedule_id)), falcon.HTTP_201)
+        ok(req, resp, schedule_view(schedule_row(s, schedule_id)), falcon.HTTP_201)
 
     def on_post_pause(self, req, resp, schedule_id: str) -> None:
         self._set_state(req, resp, schedule_id, "PAUSED")
@@ -138,4 +138,4 @@ class Schedules:
     def _set_state(self, req, resp, schedule_id: str, state: str) -> None:
         s = scope(req, "queues:manage")
         read_json(req, validation.EMPTY, self.max_body)
-        ok(req, resp, _view(actions.set_schedule_state(s, schedule_id, state)))
+        ok(req, resp, schedule_view(actions.set_schedule_state(s, schedule_id, state)))

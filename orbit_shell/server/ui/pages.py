@@ -21,8 +21,7 @@ from orbit_shell import errors, validation
 from orbit_shell.engine import serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.server import actions, auth, keypages
-from orbit_shell.server.resources.schedules import _view as schedule_view
-from orbit_shell.server.resources.schedules import schedule_list
+from orbit_shell.server.resources.schedules import schedule_list, schedule_view
 from orbit_shell.server.resources.tasks import STATES
 from orbit_shell.server.scoped import Scope, decode_cursor, encode_cursor
 from orbit_shell.server.ui import reads, session
