@@ -14,7 +14,10 @@ from orbit_shell.cli import server
 
 def test_a_start_removes_dead_servers_metrics_dirs_and_keeps_live_ones(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    # Set, then removed, through monkeypatch: its undo then removes what _metrics_dir sets, so
+    # the tests after this one do not scrape in multiprocess mode.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "unset-after-the-test")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
