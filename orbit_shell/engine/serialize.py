@@ -125,9 +125,10 @@ def key(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def waiting(task: dict[str, Any], why: dict[str, Any] | None, show_holder: bool) -> dict:
+def waiting(task: dict[str, Any], why: dict[str, Any] | None) -> dict:
     """What a WAITING task waits for (V2), to add to its detail: ``waiting_for`` the holder of
-    its key when it is parked, ``waiting_until`` when it is in backoff; {} otherwise."""
+    its key when it is parked, ``waiting_until`` when it is in backoff; {} otherwise. ``why``
+    is ``Scope.waiting``'s, which leaves out a holder the credential may not see."""
     if why is None:
         return {}
     if why["lane"] == "BLOCKED":
@@ -135,7 +136,7 @@ def waiting(task: dict[str, Any], why: dict[str, Any] | None, show_holder: bool)
         return {
             "waiting_for": {
                 "concurrency_key": task["concurrency_key"],
-                "holder_task_id": why["holder_task_id"] if held and show_holder else None,
+                "holder_task_id": why["holder_task_id"] if held else None,
                 "holder_token": str(why["holder_token"]) if held else None,
                 "since": iso(why["since"]) if held else None,
             }

@@ -127,6 +127,8 @@ class Scope:
             "LEFT JOIN tasks h ON h.id = a.task_id WHERE t.id = %s",
             [task["id"]],
         )
+        if row["holder_queue"] is not None and not self.covers_queue(row["holder_queue"]):
+            row["holder_task_id"] = None
         return row
 
     def key(self, concurrency_key: str) -> dict[str, Any]:

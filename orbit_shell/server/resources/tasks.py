@@ -134,9 +134,7 @@ class Tasks:
         s = scope(req, "tasks:read")
         row = s.task(task_id)
         why = s.waiting(row)
-        show = why is not None and why["holder_queue"] is not None
-        show = show and s.covers_queue(why["holder_queue"])
-        ok(req, resp, {**serialize.task_detail(row), **serialize.waiting(row, why, show)})
+        ok(req, resp, {**serialize.task_detail(row), **serialize.waiting(row, why)})
 
     def on_get_attempts(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
         s = scope(req, "tasks:read")

@@ -205,13 +205,11 @@ class Dashboard:
             s.principal.require("tasks:read")
             row = s.task(task_id)
             why = s.waiting(row)
-            show = why is not None and why["holder_queue"] is not None
-            waiting = serialize.waiting(row, why, show and s.covers_queue(why["holder_queue"]))
             return {
                 "task": serialize.task_detail(row),
                 "row": row,
                 "why": why,
-                "waiting": waiting,
+                "waiting": serialize.waiting(row, why),
                 "attempts": s.attempts(task_id),
                 "history": s.history(task_id),
             }
