@@ -21,12 +21,19 @@ from orbit_shell import errors, validation
 from orbit_shell.engine import serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.server import actions, auth, keypages
+from orbit_shell.server.resources import keys as key_routes
+from orbit_shell.server.resources import tasks as task_routes
 from orbit_shell.server.resources.schedules import schedule_list, schedule_view
-from orbit_shell.server.resources.tasks import STATES
 from orbit_shell.server.scoped import Scope, decode_cursor, encode_cursor
 from orbit_shell.server.ui import reads, session
 
 TEMPLATES = Path(__file__).parent / "templates"
+# The pages' filters, checked as the API checks its list routes' query parameters.
+TASK_FILTERS = {
+    **{n: task_routes.LIST_QUERY[n] for n in ("state", "queue_id", "concurrency_key")},
+    "handler": validation.Text(1, 200),
+}
+KEY_QUERY = key_routes.LIST_QUERY
 PAGE = 50
 MAX_FORM_BYTES = 16_384
 
@@ -99,6 +106,7 @@ class Dashboard:
         the sign-in page, refusals and unknown objects to an error page."""
         try:
             s = Scope(self.db, session.principal(self.db, req))
+            s.principal.require("tasks:read")  # every page reads tasks
             context = build(s)
         except errors.Unauthenticated:
             raise falcon.HTTPSeeOther("/ui/login") from None
@@ -144,7 +152,6 @@ class Dashboard:
     # Pages -----------------------------------------------------------------------------------
     def on_get_overview(self, req, resp) -> None:
         def build(s: Scope) -> dict:
-            s.principal.require("tasks:read")
             queues = reads.queue_figures(s)
             return {
                 "queues": queues,
@@ -159,41 +166,27 @@ class Dashboard:
 
     def on_get_queues(self, req, resp) -> None:
         def build(s: Scope) -> dict:
-            s.principal.require("tasks:read")
             return {"queues": reads.queue_figures(s)}
 
         self._page(req, resp, "queues.html", build)
 
     def on_get_tasks(self, req, resp) -> None:
         def build(s: Scope) -> dict:
-            s.principal.require("tasks:read")
-            chosen = {
-                name: req.get_param(name) or ""
-                for name in ("state", "queue_id", "handler", "concurrency_key")
-            }
-            filters: dict[str, Any] = {}
-            if chosen["state"]:
-                filters["state"] = validation.Enum(STATES)("state", chosen["state"])
-            if chosen["concurrency_key"]:
-                filters["concurrency_key"] = validation.ConcurrencyKey()(
-                    "concurrency_key", chosen["concurrency_key"]
-                )
-            if chosen["handler"]:
-                filters["handler"] = validation.Text(1, 200)("handler", chosen["handler"])
+            chosen = {name: req.get_param(name) or "" for name in TASK_FILTERS}
+            # The API's checks for its filters (tasks.LIST_QUERY), and the page's handler.
+            filters = {n: TASK_FILTERS[n](n, value) for n, value in chosen.items() if value}
             queues = reads.queue_figures(s)
-            if chosen["queue_id"]:
-                filters["queue_id"] = s.queue(validation.Hex32()("queue_id", chosen["queue_id"]))[
-                    "id"
-                ]
+            if "queue_id" in filters:
+                filters["queue_id"] = s.queue(filters["queue_id"])["id"]
             rows = s.tasks(filters, decode_cursor(req.get_param("cursor") or "0"), PAGE + 1)
             more = len(rows) > PAGE
-            nxt = {**{k: v for k, v in chosen.items() if v}}
+            nxt = {k: v for k, v in chosen.items() if v}
             if more:
                 nxt["cursor"] = encode_cursor(rows[PAGE - 1]["id"])
             return {
                 "tasks": rows[:PAGE],
                 "chosen": chosen,
-                "states": STATES,
+                "states": task_routes.STATES,
                 "queues": queues,
                 "next_url": "/ui/tasks?" + urlencode(nxt) if more else None,
             }
@@ -202,7 +195,6 @@ class Dashboard:
 
     def on_get_task(self, req, resp, task_id: str) -> None:
         def build(s: Scope) -> dict:
-            s.principal.require("tasks:read")
             row = s.task(task_id)
             why = s.waiting(row)
             return {
@@ -218,18 +210,11 @@ class Dashboard:
 
     def on_get_keys(self, req, resp) -> None:
         def build(s: Scope) -> dict:
-            s.principal.require("tasks:read")
-            state = req.get_param("state") or ""
-            prefix = req.get_param("prefix") or ""
-            if state:
-                validation.Enum(keypages.STATES)("state", state)
-            cursor = req.get_param("cursor")
-            if cursor:
-                validation.Pattern(keypages.CURSOR_PATTERN, "is not a cursor")("cursor", cursor)
-            if prefix:
-                validation.Text(1, validation.MAX_KEY_CHARS)("prefix", prefix)
+            given = {n: req.get_param(n) for n in ("state", "prefix", "cursor")}
+            query = {n: KEY_QUERY[n](n, value) for n, value in given.items() if value}
+            state, prefix = query.get("state", ""), query.get("prefix", "")
             pages = keypages.KeyPages(s, prefix or None)
-            keys, nxt = pages.page(state or None, cursor, PAGE)
+            keys, nxt = pages.page(state or None, query.get("cursor"), PAGE)
             more = {k: v for k, v in (("state", state), ("prefix", prefix)) if v}
             return {
                 "keys": [serialize.key(k) for k in keys],
@@ -242,7 +227,6 @@ class Dashboard:
 
     def on_get_key(self, req, resp, concurrency_key: str) -> None:
         def build(s: Scope) -> dict:
-            s.principal.require("tasks:read")
             return {
                 "key": serialize.key(s.key(concurrency_key)),
                 "tokens": reads.key_tokens(s, concurrency_key),
@@ -253,21 +237,18 @@ class Dashboard:
 
     def on_get_workers(self, req, resp) -> None:
         def build(s: Scope) -> dict:
-            s.principal.require("tasks:read")
             return {"sessions": reads.sessions(s), "live_seconds": reads.LIVE_SECONDS}
 
         self._page(req, resp, "workers.html", build)
 
     def on_get_schedules(self, req, resp) -> None:
         def build(s: Scope) -> dict:
-            s.principal.require("tasks:read")
             return {"schedules": [schedule_view(r) for r in schedule_list(s)]}
 
         self._page(req, resp, "schedules.html", build)
 
     def on_get_review(self, req, resp) -> None:
         def build(s: Scope) -> dict:
-            s.principal.require("tasks:read")
             return {"tasks": s.tasks({"state": "NEEDS_REVIEW"}, 0, PAGE)}
 
         self._page(req, resp, "review.html", build)
@@ -306,9 +287,9 @@ class Dashboard:
 
     def on_post_task_resolve(self, req, resp, task_id: str) -> None:
         def change(s: Scope, form: dict[str, str]) -> None:
-            state = validation.Enum(("SUCCEEDED", "FAILED", "WAITING"))("state", form.get("state"))
-            note = validation.Text(0, 1000)("note", form.get("note", "")) or None
-            actions.resolve_task(s, task_id, state, note)
+            fields = {"state": form.get("state"), "note": form.get("note")}
+            body = validation.TASK_RESOLVE.parse({k: v for k, v in fields.items() if v})
+            actions.resolve_task(s, task_id, body["state"], body["note"])
 
         self._act(req, resp, change)
 
