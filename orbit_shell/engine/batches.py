@@ -16,6 +16,24 @@ from orbit_shell.engine import serialize
 from orbit_shell.engine.db import Database, signal_error
 
 
+def submit_fields(body: dict[str, Any]) -> tuple:
+    """task_submit's parameters from the fingerprint to the deadline, for a validated task body
+    (a submission's, or a schedule's definition): every route fingerprints and stores it alike,
+    so any route replays another's submission."""
+    return (
+        validation.fingerprint(body),
+        body["handler"],
+        body["handler_version"],
+        body["payload_version"],
+        validation.stored_json(body["payload"]),
+        body["business_key"],
+        body["concurrency_key"],
+        body["priority"],
+        body["max_attempts"],
+        body["deadline_seconds"],
+    )
+
+
 def submit_many(
     db: Database, namespace_id: int, actor: str, items: list[tuple[int, str, dict[str, Any]]]
 ) -> list[dict[str, Any] | errors.OrbitError]:

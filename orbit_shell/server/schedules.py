@@ -28,6 +28,7 @@ from typing import Any
 from croniter import CroniterBadDateError, croniter
 
 from orbit_shell import errors, validation
+from orbit_shell.engine import batches
 from orbit_shell.engine.db import Database
 from orbit_shell.errors import field_error
 
@@ -235,16 +236,7 @@ def fire_due(database: Database, limit: int = 100, now=utcnow) -> int:
                     row["namespace_id"],
                     queues[0]["id"],
                     fire_key(row["public_id"], fire_time),
-                    validation.fingerprint(task),
-                    task["handler"],
-                    task["handler_version"],
-                    task["payload_version"],
-                    validation.stored_json(task["payload"]),
-                    task["business_key"],
-                    task["concurrency_key"],
-                    task["priority"],
-                    task["max_attempts"],
-                    task["deadline_seconds"],
+                    *batches.submit_fields(task),
                     "system:scheduler",
                     row["id"],
                     row["current_version"],

@@ -86,7 +86,7 @@ class Tasks:
             digest,
             body["queue_id"],
             idem,
-            *_submit_fields(body),
+            *batches.submit_fields(body),
         )
         self.guard.spend(credential)
         status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
@@ -186,37 +186,3 @@ def _as_read_scope_allows(s, row: dict) -> dict:
     if "tasks:read" in s.principal.scopes:
         return serialize.task_detail(row)
     return serialize.task_summary(row)
-
-
-def submit(s, queue_id: int, idem: str, body: dict) -> dict:
-    """One task_submit call for a validated body (without its Idempotency-Key); the
-    fingerprint is the same whichever route the task came by. Returns task_submit's answer:
-    ``task_id``, ``created`` and the task's detail row (Scope.task's columns)."""
-    [[row]] = s.db.call(
-        "task_submit",
-        s.namespace_id,
-        queue_id,
-        idem,
-        *_submit_fields(body),
-        s.principal.actor,
-        None,
-        None,
-        None,
-    )
-    return row
-
-
-def _submit_fields(body: dict) -> tuple:
-    """task_submit's parameters from the fingerprint to the deadline, for a validated body."""
-    return (
-        validation.fingerprint(body),
-        body["handler"],
-        body["handler_version"],
-        body["payload_version"],
-        validation.stored_json(body["payload"]),
-        body["business_key"],
-        body["concurrency_key"],
-        body["priority"],
-        body["max_attempts"],
-        body["deadline_seconds"],
-    )
