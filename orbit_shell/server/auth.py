@@ -90,19 +90,14 @@ def authenticate(database: Database, header: str | None) -> Principal:
     Raises:
         Unauthenticated: missing, malformed, unknown, revoked or wrong token.
     """
-    if not header or not header.startswith("Bearer "):
-        raise errors.Unauthenticated()
-    token = header[len("Bearer ") :].strip()
-    match = TOKEN_RE.match(token)
-    rows = []
-    if match:
-        rows = database.query(
-            "SELECT id, application_id, environment_id, namespace_id, secret_sha256, scopes, "
-            "all_queues, revoked_at FROM credentials WHERE public_id = %s",
-            (match.group(1),),
-        )
+    public_id, digest = bearer(header)
+    rows = database.query(
+        "SELECT id, application_id, environment_id, namespace_id, secret_sha256, scopes, "
+        "all_queues, revoked_at FROM credentials WHERE public_id = %s",
+        (public_id,),
+    )
     stored = rows[0]["secret_sha256"] if rows else _NEVER
-    if not hmac.compare_digest(stored, hash_token(token)) or not rows or rows[0]["revoked_at"]:
+    if not hmac.compare_digest(stored, digest) or not rows or rows[0]["revoked_at"]:
         raise errors.Unauthenticated()
     row = rows[0]
     queue_ids: frozenset[int] = frozenset()
@@ -121,5 +116,5 @@ def authenticate(database: Database, header: str | None) -> Principal:
         scopes=frozenset(s for s in row["scopes"].split(",") if s),
         all_queues=bool(row["all_queues"]),
         queue_ids=queue_ids,
-        public_id=match.group(1),
+        public_id=public_id,
     )

@@ -26,16 +26,12 @@ class SubmitGuard:
         itself, which then ``spend``s. Only a caller who got through ever has a bucket."""
         if self.rate <= 0:
             return
-        now = self.clock()
         with self._lock:
-            found = self._buckets.get(credential)
-        if found is not None:
-            tokens, last = found
-            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
-            if tokens < 1.0:
-                error = errors.QuotaExceeded("submission rate limit of this credential reached")
-                error.retry_after = math.ceil((1.0 - tokens) / self.rate)
-                raise error
+            if credential not in self._buckets:
+                return
+            tokens = self._level(credential, self.clock())
+        if tokens < 1.0:
+            raise self._refused(1.0, tokens)
 
     def spend(self, credential: str) -> None:
         """Spend one submission of ``credential`` (after ``check``), down to none left."""
@@ -43,9 +39,7 @@ class SubmitGuard:
             return
         now = self.clock()
         with self._lock:
-            tokens, last = self._buckets.get(credential, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
-            self._buckets[credential] = (max(0.0, tokens - 1.0), now)
+            self._buckets[credential] = (max(0.0, self._level(credential, now) - 1.0), now)
 
     def take(self, credential: str, count: int = 1) -> None:
         """Spend ``count`` submissions (a batch larger than the burst spends the whole burst);
@@ -55,11 +49,19 @@ class SubmitGuard:
         need = float(min(count, self.burst))
         now = self.clock()
         with self._lock:
-            tokens, last = self._buckets.get(credential, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - last) * self.rate)
+            tokens = self._level(credential, now)
             if tokens < need:
                 self._buckets[credential] = (tokens, now)
-                error = errors.QuotaExceeded("submission rate limit of this credential reached")
-                error.retry_after = math.ceil((need - tokens) / self.rate)
-                raise error
+                raise self._refused(need, tokens)
             self._buckets[credential] = (tokens - need, now)
+
+    def _level(self, credential: str, now: float) -> float:
+        """The submissions ``credential`` has at ``now``: a full burst for a new one, else what
+        was left refilled at ``rate`` up to the burst. The caller holds the lock."""
+        tokens, last = self._buckets.get(credential, (float(self.burst), now))
+        return min(float(self.burst), tokens + (now - last) * self.rate)
+
+    def _refused(self, need: float, tokens: float) -> errors.QuotaExceeded:
+        error = errors.QuotaExceeded("submission rate limit of this credential reached")
+        error.retry_after = math.ceil((need - tokens) / self.rate)
+        return error
