@@ -16,23 +16,13 @@ import pymysql
 
 from orbit_shell import errors
 from orbit_shell.cli import promote as promotion
-from orbit_shell.engine import db, schema
+from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
 from orbit_shell.server import auth
 from orbit_shell.validation import HEX32
 
 BASE_SCOPES = ("queues:manage", "tasks:submit", "tasks:read", "tasks:manage")
 WORKER_SCOPES = ("workers:connect", "workers:consume")
-
-
-def database_version(conn) -> str:
-    """The latest routine version installed (orbit_meta)."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT meta_value FROM orbit_meta WHERE meta_key = 'routines_version'")
-        row = cur.fetchone()
-    if row is None:
-        raise errors.Unavailable("no Orbit routines installed; run `orbit-migrate up`")
-    return row["meta_value"]
 
 
 def bootstrap(database: Database, args: argparse.Namespace) -> dict:
@@ -140,6 +130,9 @@ def worker_account(dsn: str, args: argparse.Namespace) -> dict:
         [[bound]] = database.call(
             "worker_account_bind", args.user, args.application, args.environment, args.namespace
         )
+        # The routines are versioned (schema.py): the grants name the database's latest, the
+        # version the account's workers call; orbit-migrate up grants each newer one.
+        granted = [database.routine(procedure) for procedure in WORKER_PROCEDURES]
     finally:
         database.close()
     conn = db.connect(dsn)
@@ -149,17 +142,12 @@ def worker_account(dsn: str, args: argparse.Namespace) -> dict:
                 "CREATE USER IF NOT EXISTS %s@%s IDENTIFIED BY %s", (args.user, args.host, password)
             )
             cur.execute("ALTER USER %s@%s IDENTIFIED BY %s", (args.user, args.host, password))
-            # The routines are versioned (schema.py); orbit-migrate up grants each new
-            # version's to the accounts that hold the previous one's. The account reads which
-            # version is the latest from orbit_meta.
-            version = database_version(conn)
-            for procedure in WORKER_PROCEDURES:
-                name = schema.routine_name(procedure, version)
+            for name in granted:
                 cur.execute(
                     f"GRANT EXECUTE ON PROCEDURE `{settings['database']}`.`{name}` TO %s@%s",
                     (args.user, args.host),
                 )
-            cur.execute(
+            cur.execute(  # where its workers read which version is the latest
                 f"GRANT SELECT ON `{settings['database']}`.`orbit_meta` TO %s@%s",
                 (args.user, args.host),
             )

@@ -60,19 +60,23 @@ def parse_servers(dsn: str) -> list[dict[str, Any]]:
         ValueError: when the URL is not a mysql:// URL with a database, or names a unix socket
             with several hosts.
     """
+    return [parse_dsn(one) for one in _server_dsns(dsn)]
+
+
+def _server_dsns(dsn: str) -> list[str]:
+    """``dsn`` once per host it lists, each naming that host alone."""
     url = urlparse(dsn)
     if url.scheme != "mysql" or not url.path.strip("/"):
         raise ValueError("ORBIT_MYSQL_DSN must look like mysql://user:password@host:port/database")
     userinfo, _, hosts = url.netloc.rpartition("@")
     if "," not in hosts:
-        return [parse_dsn(dsn)]
+        return [dsn]
     if "unix_socket" in parse_qs(url.query):
         raise ValueError("ORBIT_MYSQL_DSN: unix_socket names one server; list hosts without it")
-    out = []
-    for host in hosts.split(","):
-        one = url._replace(netloc=f"{userinfo}@{host}" if userinfo else host).geturl()
-        out.append(parse_dsn(one))
-    return out
+    return [
+        url._replace(netloc=f"{userinfo}@{host}" if userinfo else host).geturl()
+        for host in hosts.split(",")
+    ]
 
 
 def parse_dsn(dsn: str) -> dict[str, Any]:
@@ -92,7 +96,7 @@ def parse_dsn(dsn: str) -> dict[str, Any]:
     if url.scheme != "mysql" or not url.path.strip("/"):
         raise ValueError("ORBIT_MYSQL_DSN must look like mysql://user:password@host:port/database")
     if "," in url.netloc:
-        return parse_servers(dsn)[0]
+        return parse_dsn(_server_dsns(dsn)[0])
     kwargs: dict[str, Any] = {
         "host": url.hostname or "127.0.0.1",
         "port": url.port or 3306,
@@ -121,12 +125,8 @@ def connect(dsn: str, **overrides: Any) -> pymysql.connections.Connection:
 
 def primary_dsn(dsn: str) -> str:
     """``dsn`` naming only its primary (for tools that take one server, such as yoyo)."""
-    url = urlparse(dsn)
-    userinfo, _, hosts = url.netloc.rpartition("@")
-    if "," not in hosts:
-        return dsn
-    host = hosts.split(",")[find_primary(parse_servers(dsn))]
-    return url._replace(netloc=f"{userinfo}@{host}" if userinfo else host).geturl()
+    one = _server_dsns(dsn)
+    return one[0] if len(one) == 1 else one[find_primary([parse_dsn(d) for d in one])]
 
 
 def find_primary(servers: list[dict[str, Any]]) -> int:
@@ -189,9 +189,13 @@ def signal_error(text: str) -> errors.OrbitError:
     return cls(message.strip() or None)
 
 
+def _code(exc: pymysql.MySQLError) -> int | None:
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+
+
 def map_error(exc: pymysql.MySQLError) -> errors.OrbitError | None:
     """Translate a pymysql error into an OrbitError; None for deadlock-class errors."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    code = _code(exc)
     if code == ER_SIGNAL_EXCEPTION:
         return signal_error(str(exc.args[1]) if len(exc.args) > 1 else "")
     if code in RETRYABLE:
@@ -207,7 +211,7 @@ def map_error(exc: pymysql.MySQLError) -> errors.OrbitError | None:
 
 def _switching(exc: pymysql.MySQLError) -> bool:
     """Whether an error says the primary may have changed: it is gone or takes no writes."""
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    code = _code(exc)
     return (
         code in CONNECTION_ERRORS
         or code in READ_ONLY_ERRORS
@@ -351,10 +355,9 @@ class Database:
                         if not cur.nextset():
                             return sets
             except pymysql.MySQLError as exc:
-                if exc.args and exc.args[0] == ER_SP_DOES_NOT_EXIST and not refreshed:
-                    if self._routines is None:  # a newer version replaced the latest
-                        self._latest, refreshed = None, True
-                        continue
+                if _code(exc) == ER_SP_DOES_NOT_EXIST and self._routines is None and not refreshed:
+                    self._latest, refreshed = None, True  # a newer version replaced the latest
+                    continue
                 mapped = map_error(exc)
                 if _switching(exc):
                     self.forget_primary()

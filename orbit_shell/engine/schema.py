@@ -170,23 +170,17 @@ def install_routines(dsn: str) -> int:
     created = 0
     try:
         with conn.cursor() as cur:
-            present = _installed(cur)
-            for routine in routines():
-                if routine_name(routine.name) not in present:
-                    cur.execute(versioned_body(routine))
-                    created += 1
+            for routine in _missing(_installed(cur)):
+                cur.execute(versioned_body(routine))
+                created += 1
             _grant_new_version(cur)
-            for key, value in (
-                ("routines_digest", routines_digest()),
-                ("routines_version", version()),
-            ):
-                cur.execute(
-                    "INSERT INTO orbit_meta (meta_key, meta_value, updated_at) "
-                    "VALUES (%s, %s, UTC_TIMESTAMP(6)) "
-                    "ON DUPLICATE KEY UPDATE meta_value = VALUES(meta_value), "
-                    "updated_at = VALUES(updated_at)",
-                    (key, value),
-                )
+            cur.execute(
+                "INSERT INTO orbit_meta (meta_key, meta_value, updated_at) "
+                "VALUES ('routines_version', %s, UTC_TIMESTAMP(6)) "
+                "ON DUPLICATE KEY UPDATE meta_value = VALUES(meta_value), "
+                "updated_at = VALUES(updated_at)",
+                (version(),),
+            )
         return created
     finally:
         conn.close()
@@ -212,6 +206,11 @@ def _grant_new_version(cur) -> None:
             "`orbit-admin worker-account` again for each",
             exc.args[-1],
         )
+
+
+def _missing(present: set[str]) -> list[Routine]:
+    """This version's routines whose versioned names are not among ``present``."""
+    return [r for r in routines() if routine_name(r.name) not in present]
 
 
 def _installed(cur) -> set[str]:
@@ -269,11 +268,11 @@ def check(dsn: str) -> None:
     finally:
         conn.close()
     expected = set(migration_ids())
-    mine = all(routine_name(r.name) in present for r in routines())
+    missing = _missing(present)
     # Migrations this server does not know are a newer version's. During a rolling upgrade
     # they are allowed while this version's routines are installed: a migration keeps the
     # previous version's routines working (docs/operations.md, "Upgrades").
-    if applied - expected and not mine:
+    if applied - expected and missing:
         raise SchemaMismatch(
             "database schema is newer than this server (unknown migrations: "
             + ", ".join(sorted(applied - expected))
@@ -285,7 +284,6 @@ def check(dsn: str) -> None:
             + ", ".join(sorted(expected - applied))
             + "); run `orbit-migrate up`"
         )
-    missing = [r.name for r in routines() if routine_name(r.name) not in present]
     if missing:
         raise SchemaMismatch(
             f"this server's routines (version {version()}) are not installed; "
