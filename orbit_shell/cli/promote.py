@@ -92,7 +92,10 @@ def promote(
     say: Callable[[str], None] = print,
 ) -> int:
     """Promote ``target``; return its new token epoch."""
+    if replicas and not repl_user:  # refused before anything is changed
+        raise PromoteError("--repl-user is needed to point replicas at the new primary")
     conn = _admin(target)
+    others: list[tuple[str, Any]] = []
     try:
         status = _one(conn, "SHOW SLAVE STATUS")
         if status is None:
@@ -121,8 +124,7 @@ def promote(
                 final = _one(old, "SELECT @@global.gtid_binlog_pos AS pos")["pos"]
             finally:
                 old.close()
-            waited = _one(conn, "SELECT MASTER_GTID_WAIT(%s, %s) AS r", (final, wait_seconds))
-            if waited["r"] != 0:
+            if not _caught_up(conn, final, wait_seconds):
                 raise PromoteError(
                     f"{_where(target)} did not receive the old primary's last writes ({final}) "
                     f"within {wait_seconds}s; it stays a replica (the old primary is fenced)"
@@ -131,15 +133,13 @@ def promote(
         with conn.cursor() as cur:
             cur.execute("STOP SLAVE IO_THREAD")
         received = _one(conn, "SHOW SLAVE STATUS")["Gtid_IO_Pos"]
-        waited = _one(conn, "SELECT MASTER_GTID_WAIT(%s, %s) AS r", (received, wait_seconds))
-        if waited["r"] != 0:
+        if not _caught_up(conn, received, wait_seconds):
             raise PromoteError(
                 f"{_where(target)} did not apply what it received ({received}) within "
                 f"{wait_seconds}s; its IO thread is stopped, its SQL thread still runs"
             )
         mine = gtid_position(_one(conn, "SELECT @@global.gtid_current_pos AS pos")["pos"])
         say(f"applied everything received (gtid {received or 'none'})")
-        others = []
         for dsn in replicas:
             other = _reachable(dsn, say, "replica")
             if other is None:
@@ -148,8 +148,6 @@ def promote(
             pos = gtid_position(_one(other, "SELECT @@global.gtid_current_pos AS pos")["pos"])
             epochs.append(_epoch(other))
             if ahead(pos, mine):
-                for _, c in others:
-                    c.close()
                 raise PromoteError(
                     f"replica {_where(dsn)} has writes {_where(target)} lacks: promote it instead"
                 )
@@ -184,19 +182,21 @@ def promote(
             cur.execute("SET GLOBAL read_only = 0")
         say(f"{_where(target)} is the primary: read_only = 0")
         for dsn, other in others:
-            try:
-                _repoint(other, target, repl_user, repl_password)
-                say(f"replica {_where(dsn)} now replicates from {_where(target)}")
-            finally:
-                other.close()
+            _repoint(other, target, repl_user, repl_password)
+            say(f"replica {_where(dsn)} now replicates from {_where(target)}")
         return new_epoch
     finally:
+        for _, other in others:
+            other.close()
         conn.close()
 
 
-def _repoint(conn, target: str, user: str | None, password: str) -> None:
-    if not user:
-        raise PromoteError("--repl-user is needed to point replicas at the new primary")
+def _caught_up(conn, position: str, seconds: int) -> bool:
+    """Whether the replica on ``conn`` applies up to GTID ``position`` within ``seconds``."""
+    return _one(conn, "SELECT MASTER_GTID_WAIT(%s, %s) AS r", (position, seconds))["r"] == 0
+
+
+def _repoint(conn, target: str, user: str, password: str) -> None:
     settings = db.parse_dsn(target)
     with conn.cursor() as cur:
         cur.execute("STOP SLAVE")

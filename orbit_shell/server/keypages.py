@@ -55,6 +55,7 @@ class KeyPages:
     def __init__(self, scope: Scope, prefix: str | None) -> None:
         self.s = scope
         self.like, self.like_args = _like(prefix)
+        self._queues: list[int] | None = None
 
     def page(self, state: str | None, cursor: str | None, limit: int) -> tuple[list, str | None]:
         if state == "idle":
@@ -78,7 +79,9 @@ class KeyPages:
         """Keys held by the namespace's attempts in flight, by COALESCE(waiting_since, holder
         since); ``only_unwaited`` leaves out keys the waiting stream lists."""
         at, rid = after or (EPOCH, 0)
-        queues = [q["id"] for q in self.s.queues()] or [0]
+        if self._queues is None:  # read once per page, not once per chunk
+            self._queues = [q["id"] for q in self.s.queues()] or [0]
+        queues = self._queues
         marks = ", ".join(["%s"] * len(queues))
         sort = "COALESCE(r.waiting_since, a.created_at)"
         return self.s.db.query(

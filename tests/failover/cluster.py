@@ -10,6 +10,8 @@ is the negative control's asynchronous replication.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import time
@@ -18,6 +20,7 @@ from pathlib import Path
 import pymysql
 
 from devtools import localdb
+from orbit_shell.cli.promote import ahead, gtid_position
 
 APP_USER, APP_PASSWORD = "orbit", "orbit-app"
 REPL_USER, REPL_PASSWORD = "repl", "orbit-repl"
@@ -125,7 +128,8 @@ class Node:
         pid = self.server._pid()
         if pid is None:
             return
-        with_signal(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
         if self.server.process is not None and self.server.process.pid == pid:
             self.server.process.wait(10)  # our child: reaped, not left to a finaliser
             return
@@ -155,15 +159,6 @@ class Node:
 
     def position(self) -> str:
         return self.sql("SELECT @@global.gtid_current_pos AS pos")[0]["pos"]
-
-
-def with_signal(pid: int, sig: int) -> None:
-    import os
-
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 class Cluster:
@@ -231,12 +226,10 @@ class Cluster:
     def most_advanced_replica(self) -> int:
         """The replica holding the most of the old primary's writes (any acknowledged write
         under semi-sync is on at least one replica, and replicas apply in order)."""
-        from orbit_shell.cli.promote import gtid_position
-
         best, best_pos = None, None
         for i in self.replicas():
             pos = gtid_position(self.nodes[i].position())
-            if best is None or sum(pos.values()) > sum(best_pos.values()):
+            if best is None or ahead(pos, best_pos):  # promote's own comparison
                 best, best_pos = i, pos
         return best
 

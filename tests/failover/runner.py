@@ -91,7 +91,6 @@ class Run:
         self.fence_server = localdb.PrivateServer(work / "fence", localdb.ensure_binaries())
         self.kills: list[float] = []
         self.epochs: list[int] = []  # the new primary's epoch after each failover
-        self.promoted: list[float] = []
         self.epoch_file = work / "epoch.json"
 
     # Setup ------------------------------------------------------------------------------------
@@ -171,7 +170,6 @@ class Run:
                     say=lambda line: None,
                 )
             )
-        self.promoted.append(time.monotonic())
         cluster.primary = target
         cluster.rebuild(old)
 
