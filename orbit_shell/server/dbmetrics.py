@@ -78,21 +78,27 @@ class PurgeCollector(Collector):
         )
 
 
-# Per queue, what operators alert on (V1): one query, a correlated read per queue and figure,
-# each by index (ix_tasks_claim, ix_tasks_queue_lane_key, ix_attempts_queue_lease). Counting
-# reads every READY and parked entry of a queue, so a scrape costs what the backlog holds.
-QUEUE_QUERY = (
-    "SELECT q.public_id AS queue_id, "
+# Per queue, what operators alert on (V1): a correlated read per queue and figure, each by
+# index (ix_tasks_claim, ix_tasks_queue_lane_key, ix_attempts_queue_lease). Counting reads
+# every READY and parked entry of a queue, so a scrape costs what the backlog holds. The
+# dashboard's overview (ui/reads.py) reads the same figures for a namespace's queues.
+QUEUE_FIGURES = (
     "(SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id AND t.lane = 'READY') AS ready, "
     "(SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id AND t.lane = 'BLOCKED') AS parked, "
-    "(SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(o.created_at), UTC_TIMESTAMP(6)), 0) "
-    " FROM tasks o WHERE o.id = (SELECT MIN(t.id) FROM tasks t "
-    "  WHERE t.queue_id = q.id AND t.lane = 'BLOCKED')) AS oldest_parked_us, "
     "(SELECT COUNT(*) FROM attempts a WHERE a.queue_id = q.id "
     " AND a.state IN ('LEASED', 'RUNNING') AND a.concurrency_token > 0) AS held_keys, "
     "(SELECT COUNT(*) FROM attempts a WHERE a.queue_id = q.id AND a.state = 'EXPIRED' "
-    " AND a.lease_expires_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR) AS expired_last_hour "
-    "FROM queues q ORDER BY q.id"
+    " AND a.lease_expires_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR) AS expired_last_hour"
+)
+# When the queue's oldest parked task was submitted (NULL: none parked).
+OLDEST_PARKED = (
+    "(SELECT o.created_at FROM tasks o WHERE o.id = (SELECT MIN(t.id) FROM tasks t "
+    " WHERE t.queue_id = q.id AND t.lane = 'BLOCKED'))"
+)
+QUEUE_QUERY = (
+    f"SELECT q.public_id AS queue_id, {QUEUE_FIGURES}, "
+    f"COALESCE(TIMESTAMPDIFF(MICROSECOND, {OLDEST_PARKED}, UTC_TIMESTAMP(6)), 0) "
+    "AS oldest_parked_us FROM queues q ORDER BY q.id"
 )
 QUEUE_GAUGES = (
     ("ready", "orbit_queue_ready_tasks", "Tasks a claim may take now", 1),

@@ -6,23 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from orbit_shell.server import dbmetrics
 from orbit_shell.server.scoped import Scope
 
-# Per queue of the namespace: the figures /metrics exports (dbmetrics.QUEUE_QUERY), plus the
-# queue's NEEDS_REVIEW tasks (ix_tasks_ns_state).
+# Per queue of the namespace: the figures /metrics exports, the queue's delayed tasks and its
+# NEEDS_REVIEW tasks (ix_tasks_ns_state).
 QUEUE_FIGURES = (
     "SELECT q.id, q.public_id, q.name, q.state, q.unfinished_tasks, q.active_attempts, "
-    "q.max_concurrency, q.max_unfinished, "
-    "(SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id AND t.lane = 'READY') AS ready, "
-    "(SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id AND t.lane = 'BLOCKED') AS parked, "
+    f"q.max_concurrency, q.max_unfinished, {dbmetrics.QUEUE_FIGURES}, "
+    f"{dbmetrics.OLDEST_PARKED} AS oldest_parked_at, "
     "(SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id AND t.lane = 'DELAYED') "
     " AS delayed_tasks, "
-    "(SELECT MIN(o.created_at) FROM tasks o WHERE o.id = (SELECT MIN(t.id) FROM tasks t "
-    " WHERE t.queue_id = q.id AND t.lane = 'BLOCKED')) AS oldest_parked_at, "
-    "(SELECT COUNT(*) FROM attempts a WHERE a.queue_id = q.id "
-    " AND a.state IN ('LEASED', 'RUNNING') AND a.concurrency_token > 0) AS held_keys, "
-    "(SELECT COUNT(*) FROM attempts a WHERE a.queue_id = q.id AND a.state = 'EXPIRED' "
-    " AND a.lease_expires_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR) AS expired_last_hour, "
     "(SELECT COUNT(*) FROM tasks t FORCE INDEX (ix_tasks_ns_state) WHERE t.namespace_id = "
     " q.namespace_id AND t.state = 'NEEDS_REVIEW' AND t.queue_id = q.id) AS needs_review "
     "FROM queues q WHERE q.namespace_id = %s"
