@@ -154,7 +154,8 @@ class Bench:
     def procedure_cycles(self, threads: int, seconds: float, app_per_thread: bool = False) -> dict:
         """The single-call cycle from ``threads`` threads, all in this bench's application, or
         each in an application of its own (``app_per_thread``: no row shared between threads,
-        like the ceiling's; every writer of one application takes its row first)."""
+        like the ceiling's). Without quotas one application's writers share no row either
+        (sql/README.md, "Limits without a shared lock"), so the two should run alike."""
         tenants = [Bench(self.dsn) for _ in range(threads)] if app_per_thread else [self]
         done = [0] * threads
         calls = [0] * threads

@@ -7,12 +7,12 @@ CREATE TABLE `applications` (
   `name` varchar(100) NOT NULL COMMENT 'Unique application name',
   `max_active_attempts` int(10) unsigned DEFAULT NULL COMMENT 'Application quota: attempts in LEASED or RUNNING at once; NULL = unlimited',
   `max_unfinished` int(10) unsigned DEFAULT NULL COMMENT 'Backlog quota: tasks not yet in a final state; NULL = unlimited',
-  `active_attempts` int(10) unsigned NOT NULL DEFAULT 0 COMMENT 'Attempts holding permits now (each counted once, keyed or not)',
-  `unfinished_tasks` int(10) unsigned NOT NULL DEFAULT 0 COMMENT 'Tasks accepted and not yet final (NEEDS_REVIEW counts)',
+  `active_attempts` int(10) unsigned NOT NULL DEFAULT 0 COMMENT 'Attempts holding permits now (each counted once, keyed or not); kept while max_active_attempts is set',
+  `unfinished_tasks` int(10) unsigned NOT NULL DEFAULT 0 COMMENT 'Tasks accepted and not yet final (NEEDS_REVIEW counts); kept while max_unfinished is set',
   `created_at` datetime(6) NOT NULL COMMENT 'Creation time, UTC, database clock',
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_applications_name` (`name`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Tenants; the application row is the first lock of every task transaction';
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Tenants; the row is locked only by writers under a quota';
 
 CREATE TABLE `attempts` (
   `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT COMMENT 'Internal id',
@@ -98,6 +98,15 @@ CREATE TABLE `idempotency_records` (
   PRIMARY KEY (`namespace_id`,`idempotency_key`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='One row per accepted command; the primary key makes concurrent duplicates collide';
 
+CREATE TABLE `namespace_gates` (
+  `namespace_id` bigint(20) unsigned NOT NULL COMMENT 'Namespace the gate admits writers of (namespaces.id)',
+  `slot` tinyint(3) unsigned NOT NULL COMMENT 'Gate number, 0-31; a writer takes the first free one',
+  `application_id` bigint(20) unsigned NOT NULL COMMENT 'Application of the namespace, read with the gate',
+  `active_limited` tinyint(1) NOT NULL DEFAULT 0 COMMENT '1 = the application has max_active_attempts: claims and releases lock its row and keep active_attempts',
+  `unfinished_limited` tinyint(1) NOT NULL DEFAULT 0 COMMENT '1 = the application has max_unfinished: submissions and final states lock its row and keep unfinished_tasks',
+  PRIMARY KEY (`namespace_id`,`slot`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Per-namespace gates: a writer holds one, a limit or queue-state change holds all';
+
 CREATE TABLE `namespaces` (
   `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT COMMENT 'Internal id; the isolation domain of tasks, queues, keys and tokens',
   `application_id` bigint(20) unsigned NOT NULL COMMENT 'Owning application (applications.id)',
@@ -141,8 +150,8 @@ CREATE TABLE `queues` (
   `lease_seconds` int(10) unsigned NOT NULL DEFAULT 30 COMMENT 'Lease granted by claim and renew, seconds',
   `retry_backoff_seconds` int(10) unsigned NOT NULL DEFAULT 1 COMMENT 'Base of the exponential retry backoff, seconds',
   `retry_backoff_max_seconds` int(10) unsigned NOT NULL DEFAULT 300 COMMENT 'Cap of the retry backoff, seconds',
-  `active_attempts` int(10) unsigned NOT NULL DEFAULT 0 COMMENT 'Queue permits held now',
-  `unfinished_tasks` int(10) unsigned NOT NULL DEFAULT 0 COMMENT 'Tasks of this queue not yet final',
+  `active_attempts` int(10) unsigned NOT NULL DEFAULT 0 COMMENT 'Queue permits held now; kept when max_concurrency is set',
+  `unfinished_tasks` int(10) unsigned NOT NULL DEFAULT 0 COMMENT 'Tasks of this queue not yet final; kept when max_unfinished is set',
   `created_at` datetime(6) NOT NULL COMMENT 'Creation time, UTC',
   `updated_at` datetime(6) NOT NULL COMMENT 'Last settings or state change, UTC',
   PRIMARY KEY (`id`),

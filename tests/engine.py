@@ -9,6 +9,15 @@ from orbit_shell.engine.db import Database
 from orbit_shell.engine.schema import routine_name
 
 
+def queue_counts(database: Database, queue_id: int) -> dict:
+    """The queue's unfinished tasks and attempts in flight as the API counts them when read
+    (the queue row keeps them only under a limit)."""
+    from orbit_shell.server.scoped import QUEUE_COUNTS
+
+    [row] = database.query(f"SELECT {QUEUE_COUNTS} FROM queues q WHERE q.id = %s", (queue_id,))
+    return {k: int(v) for k, v in row.items()}
+
+
 def submit_item(queue: int, concurrency_key: str = "", **fields) -> dict:
     """One item of task_submit_many's JSON array: a new no-op task (``fields`` override)."""
     return {

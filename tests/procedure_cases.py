@@ -42,6 +42,10 @@ SINGLE_LOCK = [
 ]
 
 
+# Cases run with an application quota set (so that the application row is locked second).
+QUOTA_CASES = {"worker_claim"}
+
+
 def setup(eng, database):
     """Everything the cases need: a session with a RUNNING, a LEASED and a NEEDS_REVIEW attempt,
     a WAITING task, and a known worker identity."""
@@ -50,6 +54,7 @@ def setup(eng, database):
     running, leased, review = eng.submit("dl/a"), eng.submit("dl/b"), eng.submit("dl/c")
     waiting = eng.submit("dl/a")
     got = {a["task_id"]: a["attempt_id"] for a in eng.claim(session, 8)}
+    eng.submit("dl/r")  # READY, its key free: a claim's candidate
     eng.start(session, got[running])
     eng.start(session, got[review])
     eng.result(session, got[review], "unknown")
@@ -100,9 +105,15 @@ def setup(eng, database):
         definition=definition,
     )
     return {
+        "idem": "dl-" + secrets.token_hex(4),
+        "ns": eng.t.namespace_id,
+        "session_row": database.query(
+            "SELECT id FROM worker_sessions WHERE public_id = %s", (session,)
+        )[0]["id"],
         "session": session,
         "worker": worker,
         "running": got[running],
+        "running_task": running,
         "leased": got[leased],
         "review": review,
         "waiting": waiting,
@@ -113,10 +124,33 @@ def setup(eng, database):
     }
 
 
-# procedure -> (first lock, second lock, args); locks are (table, id getter)
+# procedure -> (first lock, second lock, args); locks are (SQL with one %s, key of setup's dict).
+# Without quotas no procedure locks the applications or queues rows: a writer's first lock is
+# its namespace gate, taken with SKIP LOCKED (never waited for), so the cases lock what comes
+# after it (sql/README.md, "Lock order").
 APP = ("SELECT id FROM applications WHERE id = %s FOR UPDATE", "app")
 QUEUE = ("SELECT id FROM queues WHERE id = %s FOR UPDATE", "queue")
+GATES = ("SELECT COUNT(*) FROM namespace_gates WHERE namespace_id = %s FOR UPDATE", "ns")
 SCHEDULE = ("SELECT id FROM schedules WHERE id = %s FOR UPDATE", "schedule_row")
+SESSION = ("SELECT id FROM worker_sessions WHERE id = %s FOR UPDATE", "session_row")
+
+
+def key_row(key: str) -> tuple[str, str]:
+    return (
+        "SELECT id FROM concurrency_resources WHERE concurrency_key = '"
+        + key
+        + "' AND namespace_id = %s FOR UPDATE",
+        "ns",
+    )
+
+
+def idempotency_record(ns: int, idem: str) -> tuple[str, str]:
+    """An uncommitted insert of the record a submission inserts last: it waits on it."""
+    return (
+        "INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, task_id,"
+        f" created_at) VALUES ({ns}, %s, REPEAT('0', 64), 0, UTC_TIMESTAMP(6))",
+        "idem",
+    )
 
 
 def cases(eng, s):
@@ -136,19 +170,19 @@ def cases(eng, s):
     )
     return {
         "task_submit": (
-            APP,
-            QUEUE,
+            key_row("dl/a"),
+            idempotency_record(ns, s["idem"]),
             (
                 ns,
                 s["queue"],
-                "dl-" + secrets.token_hex(4),
+                s["idem"],
                 "0" * 64,
                 "h",
                 "v1",
                 "v1",
                 "{}",
                 "",
-                "dl/new",
+                "dl/a",
                 5,
                 None,
                 None,
@@ -158,9 +192,12 @@ def cases(eng, s):
                 None,
             ),
         ),
+        # Two keys: the batch locks every key row it names at once, in key order, before its
+        # group table is written (a transaction that changed a MEMORY table is never the
+        # victim, so the cycle must close before).
         "task_submit_many": (
-            APP,
-            QUEUE,
+            key_row("dl/a"),
+            key_row("dl/b"),
             (
                 ns,
                 "t",
@@ -168,29 +205,34 @@ def cases(eng, s):
                     [
                         submit_item(
                             s["queue"],
-                            "dl/new",
-                            idempotency_key="dl-" + secrets.token_hex(4),
+                            key,
+                            idempotency_key=f"{s['idem']}-{key}",
                             max_attempts=None,
                             deadline_seconds=None,
                         )
+                        for key in ("dl/b", "dl/a")
                     ]
                 ),
             ),
         ),
-        "worker_claim": (APP, QUEUE, (ns, s["session"], 1)),
+        # Under a quota (QUOTA_CASES): without one the claim holds its session row alone
+        # before it writes its candidates' MEMORY table, and a cycle through its key rows rolls
+        # back the other transaction (sql/README.md, "Set-based paths").
+        "worker_claim": (APP, SESSION, (ns, s["session"], 1)),
         "worker_hello": (
             APP,
             ("SELECT id FROM worker_sessions WHERE worker_id = %s FOR UPDATE", "worker"),
             (ns, eng.t.application_id, s["worker"], 8, 1, f'["{eng.queue}"]', "0" * 64),
         ),
         "attempt_result": (
-            APP,
             attempt("running"),
+            SESSION,
             (ns, s["session"], s["running"], "succeeded", 0, None, None),
         ),
-        "task_cancel": (APP, task("waiting"), (ns, s["waiting"], "t")),
-        "task_resolve": (APP, task("review"), (ns, s["review"], "FAILED", "t", None)),
-        "queue_set_state": (APP, QUEUE, (ns, eng.queue, "PAUSED")),
+        # A parked task: its key row first, then the task (task_lock_waiting).
+        "task_cancel": (key_row("dl/a"), task("waiting"), (ns, s["waiting"], "t")),
+        "task_resolve": (task("review"), key_row("dl/c"), (ns, s["review"], "WAITING", "t", None)),
+        "queue_set_state": (GATES, QUEUE, (ns, eng.queue, "PAUSED")),
         "attempt_start": (
             attempt("leased"),
             # Only the tasks row: a join FOR UPDATE would lock the attempt as well.
@@ -203,8 +245,8 @@ def cases(eng, s):
             (ns, s["session"], json.dumps([s["leased"]]), 0),
         ),
         "attempt_result_many": (
-            APP,
             attempt("running"),
+            SESSION,
             (
                 ns,
                 s["session"],
@@ -212,8 +254,8 @@ def cases(eng, s):
             ),
         ),
         "worker_report_claim": (
-            APP,
             attempt("running"),
+            SESSION,
             (
                 ns,
                 s["session"],
@@ -278,13 +320,15 @@ def cases(eng, s):
                 "dl",
             ),
         ),
-        "application_set_quota": (APP, None, (eng.t.application, None, None)),
+        "application_set_quota": (GATES, None, (eng.t.application, None, None)),
         "credential_revoke": (
             ("SELECT id FROM credentials WHERE public_id = %s FOR UPDATE", "credential"),
             None,
             (s["credential"],),
         ),
-        "lease_sweep": (APP, None, (100,)),
+        # attempt_recover locks the attempt with its task: the task, so that the test may still
+        # expire the attempt while the row is held.
+        "lease_sweep": (task("running_task"), None, (100,)),
         "attempt_renew": (
             attempt("running"),
             ("SELECT id FROM permits WHERE attempt_id = %s FOR UPDATE", "running_attempt"),

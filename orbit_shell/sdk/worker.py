@@ -454,8 +454,8 @@ class Worker:
 
         With a slot already free the claim loop is claiming or long-polling on its own, and a
         report that claimed too would split the work that arrives into more, smaller claims,
-        each holding the application row that submissions wait for (bench/README.md, session
-        11: 0.87x on the e2e run of single submissions). A released key is the exception: its
+        each a transaction of its own (0.87x on the e2e run of single submissions, measured
+        when every claim also held the application row). A released key is the exception: its
         result promotes the key's next parked task (K6), which a claim in the same transaction
         takes at once, where the long poll would see it only at its next probe, 20-50 ms
         later; a hot key's tasks run one after another, so that wait was most of each one's

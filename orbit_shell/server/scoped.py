@@ -24,6 +24,29 @@ TASK_COLUMNS = (
     "t.updated_at, t.finished_at, t.result, t.error, t.schedule_version, t.fire_time, "
     "s.public_id AS schedule_public_id"
 )
+# A queue's attempts in flight and unfinished tasks, counted when read: the queue row keeps
+# them only where the queue has a limit (sql/README.md, "Limits without a shared lock"). One
+# subquery per state or lane, each an equality range of an index (an IN list joined to the
+# queue would read its whole history); unfinished = WAITING (a lane) + LEASED/RUNNING (one
+# attempt in flight each) + NEEDS_REVIEW.
+_IN_FLIGHT = " + ".join(
+    f"(SELECT COUNT(*) FROM attempts a FORCE INDEX (ix_attempts_queue_lease)"
+    f" WHERE a.queue_id = q.id AND a.state = '{state}')"
+    for state in ("LEASED", "RUNNING")
+)
+_WAITING = " + ".join(
+    f"(SELECT COUNT(*) FROM tasks t FORCE INDEX (ix_tasks_claim)"
+    f" WHERE t.queue_id = q.id AND t.lane = '{lane}')"
+    for lane in ("READY", "DELAYED", "BLOCKED")
+)
+_REVIEW = (
+    "(SELECT COUNT(*) FROM tasks t FORCE INDEX (ix_tasks_ns_state) WHERE t.namespace_id ="
+    " q.namespace_id AND t.state = 'NEEDS_REVIEW' AND t.queue_id = q.id)"
+)
+QUEUE_COUNTS = (
+    f"({_IN_FLIGHT}) AS active_attempts,"
+    f" ({_WAITING} + {_IN_FLIGHT} + {_REVIEW}) AS unfinished_tasks"
+)
 TASK_JOINS = "JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"
 TASK_FROM = f"FROM tasks t {TASK_JOINS}"
 ATTEMPT_COLUMNS = (
@@ -83,9 +106,10 @@ class Scope:
     # Queues ---------------------------------------------------------------------------------
     def queue(self, public_id: str) -> dict[str, Any]:
         """The queue row, or NOT_FOUND when it is outside the namespace or queue scope."""
-        extra, args = self._queue_filter("id")
+        extra, args = self._queue_filter("q.id")
         rows = self.db.query(
-            "SELECT * FROM queues WHERE public_id = %s AND namespace_id = %s" + extra,
+            f"SELECT q.*, {QUEUE_COUNTS} FROM queues q WHERE q.public_id = %s"
+            " AND q.namespace_id = %s" + extra,
             [public_id, self.namespace_id, *args],
         )
         if not rows:
@@ -93,9 +117,11 @@ class Scope:
         return rows[0]
 
     def queues(self) -> list[dict[str, Any]]:
-        extra, args = self._queue_filter("id")
+        extra, args = self._queue_filter("q.id")
         return self.db.query(
-            "SELECT * FROM queues WHERE namespace_id = %s" + extra + " ORDER BY id",
+            f"SELECT q.*, {QUEUE_COUNTS} FROM queues q WHERE q.namespace_id = %s"
+            + extra
+            + " ORDER BY q.id",
             [self.namespace_id, *args],
         )
 

@@ -1,8 +1,9 @@
 -- attempt_grant: turn one READY candidate into a LEASED attempt (the body of worker_claim).
--- Helper inside worker_claim's transaction: the caller holds the application row, the queue
--- rows and the session row, checks the application quota, and adds the grants to the
--- application's active_attempts and the session's in_flight once per claim (they are its
--- locked rows, so nobody reads them in between). Sets p_attempt_id to the new attempts.id, or
+-- Helper inside worker_claim's transaction: the caller holds a gate of the namespace, the
+-- application row and the queue rows where they have limits, the session row and, when it
+-- has more than one keyed candidate, their key rows; it checks the application quota, and
+-- adds the grants to the application's active_attempts (where kept) and the session's
+-- in_flight once per claim. p_limits: the application's quotas (namespace_gate's bits). Sets p_attempt_id to the new attempts.id, or
 -- NULL when the task is not granted (no longer READY, deadline passed, queue permits
 -- exhausted, token space exhausted). p_actor is the session's history actor.
 -- K7: the token is computed only after the key's row lock is held, as the resource's highest
@@ -13,7 +14,7 @@
 -- Locks: tasks row, concurrency_resources row, then inserts attempts and permits rows.
 CREATE PROCEDURE attempt_grant(IN p_task_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
                                IN p_now DATETIME(6), IN p_actor VARCHAR(200),
-                               OUT p_attempt_id BIGINT UNSIGNED)
+                               IN p_limits TINYINT UNSIGNED, OUT p_attempt_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_lane VARCHAR(10) DEFAULT NULL;
@@ -33,6 +34,7 @@ BEGIN
   DECLARE v_floor BIGINT UNSIGNED;
   DECLARE v_ceiling BIGINT UNSIGNED;
   DECLARE v_expires DATETIME(6);
+  DECLARE v_q_unfinished_max INT UNSIGNED;
 
   SET p_attempt_id = NULL;
   SELECT lane, namespace_id, application_id, queue_id, concurrency_key, deadline_at,
@@ -41,11 +43,14 @@ BEGIN
     FROM tasks WHERE id = p_task_id FOR UPDATE;
 
   IF v_lane = 'READY' THEN
-    SELECT max_concurrency, active_attempts, lease_seconds INTO v_q_max, v_q_active, v_lease
+    -- A plain read: where the queue has a limit the claim holds its row, so the count is exact.
+    SELECT max_concurrency, active_attempts, lease_seconds, max_unfinished
+      INTO v_q_max, v_q_active, v_lease, v_q_unfinished_max
       FROM queues WHERE id = v_queue;
     IF v_deadline IS NOT NULL AND v_deadline <= p_now THEN
       CALL task_leave_lane(p_task_id);
-      CALL task_finish(p_task_id, v_app, v_queue, 'DEADLINE_EXCEEDED', NULL, NULL);
+      CALL task_finish(p_task_id, v_app, v_queue, 'DEADLINE_EXCEEDED', NULL, NULL,
+                       p_limits | 8 * (v_q_unfinished_max IS NOT NULL));
       CALL history_add(p_task_id, v_ns, NULL, NULL, 'DEADLINE_EXCEEDED', 'WAITING',
                        'DEADLINE_EXCEEDED', 'system:claim', 'deadline passed while waiting');
     ELSEIF v_q_max IS NULL OR v_q_active < v_q_max THEN
@@ -99,7 +104,9 @@ BEGIN
         UPDATE tasks SET state = 'LEASED', lane = NULL, attempts_used = v_number,
                          current_attempt_id = p_attempt_id, updated_at = p_now
          WHERE id = p_task_id;
-        UPDATE queues SET active_attempts = active_attempts + 1 WHERE id = v_queue;
+        IF v_q_max IS NOT NULL THEN
+          UPDATE queues SET active_attempts = active_attempts + 1 WHERE id = v_queue;
+        END IF;
         CALL history_add(p_task_id, v_ns, p_attempt_id, v_token, 'CLAIMED', 'WAITING', 'LEASED',
                          p_actor, NULL);
       END IF;

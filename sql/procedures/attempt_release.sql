@@ -1,21 +1,28 @@
 -- attempt_release: end an attempt's permits (K6 "released in the same transaction").
--- Helper inside the caller's transaction. The caller holds the application row and has
+-- Helper inside the caller's transaction. The caller holds a gate of the namespace, the
+-- attempt and task rows, and the application and queue rows where they have limits, and has
 -- checked the attempt is LEASED or RUNNING; it passes the attempt's application, queue and
--- session (read already) and its new state.
--- Deletes the QUEUE and KEY permit rows, decrements the application, queue and session
--- counters, frees the key (holder NULL, version + 1) and promotes the next parked task.
+-- session (read already), its new state, and the limits (bits: 1 the application's
+-- max_active_attempts, 2 its max_unfinished, 4 the queue's max_concurrency, 8 its
+-- max_unfinished).
+-- Deletes the QUEUE and KEY permit rows, decrements the session's in_flight and the active
+-- counters that are kept (bits 1 and 4), frees the key (holder NULL, version + 1) and
+-- promotes the next parked task.
 -- A key release whose holder is not this attempt changes nothing: a late writer never frees a
 -- key it no longer holds (Solid Queue #689/#761).
--- Locks, in order: queues, worker_sessions, concurrency_resources, attempts, permits rows.
+-- Locks, in order: worker_sessions, concurrency_resources, permits rows, then the promoted
+-- task (key_promote_next).
 CREATE PROCEDURE attempt_release(IN p_attempt_id BIGINT UNSIGNED, IN p_app BIGINT UNSIGNED,
                                  IN p_queue BIGINT UNSIGNED, IN p_session BIGINT UNSIGNED,
-                                 IN p_new_state VARCHAR(20))
+                                 IN p_new_state VARCHAR(20), IN p_limits TINYINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
 
-  UPDATE queues SET active_attempts = active_attempts - 1 WHERE id = p_queue;
+  IF p_limits & 4 THEN
+    UPDATE queues SET active_attempts = active_attempts - 1 WHERE id = p_queue;
+  END IF;
   UPDATE worker_sessions SET in_flight = in_flight - 1 WHERE id = p_session;
   -- The KEY permit row names the resource (uq_permits_attempt); lock it and re-check the holder.
   SELECT r.id INTO v_resource
@@ -29,7 +36,9 @@ BEGIN
   END IF;
   UPDATE attempts SET state = p_new_state, finished_at = v_now WHERE id = p_attempt_id;
   DELETE FROM permits WHERE attempt_id = p_attempt_id;
-  UPDATE applications SET active_attempts = active_attempts - 1 WHERE id = p_app;
+  IF p_limits & 1 THEN
+    UPDATE applications SET active_attempts = active_attempts - 1 WHERE id = p_app;
+  END IF;
   IF v_resource IS NOT NULL THEN
     CALL key_promote_next(v_resource);
   END IF;

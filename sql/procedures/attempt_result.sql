@@ -4,7 +4,8 @@
 -- Params: namespace, session, attempt, outcome, retryable (0/1), result JSON, error JSON.
 -- Result set: {attempt_id, task_id, duplicate}.
 -- Errors: NOT_FOUND, LEASE_LOST, STATE_CONFLICT (result before start).
--- Locks: those of attempt_result_one (the applications row first).
+-- Locks: a gate of the namespace and, where the application has quotas, its row
+--   (namespace_gate), then those of attempt_result_one.
 CREATE PROCEDURE attempt_result(
   IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
   IN p_attempt_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_outcome VARCHAR(16), IN p_retryable TINYINT,
@@ -14,15 +15,18 @@ BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_duplicate TINYINT;
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_limits TINYINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
+  CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
   SELECT id INTO v_session FROM worker_sessions
    WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
   CALL attempt_result_one(p_namespace_id, v_session, p_session_public_id, p_attempt_public_id, p_outcome,
-                          p_retryable, p_result, p_error, v_task, v_duplicate);
+                          p_retryable, p_result, p_error, v_limits, v_task, v_duplicate);
   COMMIT;
   SELECT p_attempt_public_id AS attempt_id, t.public_id AS task_id, v_duplicate AS duplicate
     FROM tasks t WHERE t.id = v_task;

@@ -4,7 +4,7 @@
 -- its commit.
 -- Params: as attempt_result_many. Out: the session's internal id and its application's (NULL
 --   when the session is unknown: every item is LEASE_LOST), and the per-item outcomes of the
---   items that went one by one, as JSON (the group's are in result_rows_mem).
+--   items that went one by one, as JSON (the group's are in result_items_mem).
 --
 -- Two paths with one outcome. The common item, a 'succeeded' or 'failed' result for a RUNNING
 -- attempt of this session whose lease has not expired, named once in the batch (a retryable
@@ -18,14 +18,17 @@
 -- savepoint. The groups are independent: a fast item's attempt appears in no other item, and
 -- results never depend on counters.
 --
--- Locks, in order: applications row (held to the end), the items' attempts rows, their tasks
--- rows, queues rows, worker_sessions row, concurrency_resources rows, permits rows, then the
--- promoted tasks rows; then per remaining item those of attempt_result_one.
+-- Locks, in order: a gate of the namespace and, where the application has quotas, its row
+-- (namespace_gate), the items' attempts rows (item order), the queues rows of those that have
+-- a limit (id order), the worker_sessions row, every key row the items hold (keys_lock, key
+-- order), then the group's tasks rows, its promoted tasks, and per remaining item those of
+-- attempt_result_one (rows it holds already, and its own task and queue).
 -- Deadlocks and lock-wait timeouts are not item errors: they roll back the whole batch (outer
 -- handler) and the shell retries it.
 CREATE PROCEDURE attempt_result_apply(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                       IN p_items MEDIUMTEXT, OUT p_session BIGINT UNSIGNED,
-                                      OUT p_app BIGINT UNSIGNED, OUT p_out MEDIUMTEXT)
+                                      OUT p_app BIGINT UNSIGNED, OUT p_limits TINYINT UNSIGNED,
+                                      OUT p_out MEDIUMTEXT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_i INT DEFAULT 0;
@@ -48,25 +51,59 @@ BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
+  DECLARE v_limits TINYINT UNSIGNED DEFAULT 0;
+  DECLARE v_queue_limits TINYINT UNSIGNED DEFAULT 0;
+  DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_next BIGINT UNSIGNED;
+  DECLARE v_keys MEDIUMTEXT;
 
   -- The session is resolved once for the batch (NULL: every item is LEASE_LOST).
   SELECT id, application_id INTO v_session, v_app FROM worker_sessions
    WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
 
   IF v_session IS NOT NULL THEN
-    SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+    CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
     SELECT COUNT(*) INTO v_ignored
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) j
       STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
        FOR UPDATE;
+    -- The items' queues that have a limit, locked in id order (a plain read finds each); a
+    -- queue without one is never locked. The same read collects the keys the items hold.
+    SELECT BIT_OR(4 * (q.max_concurrency IS NOT NULL) + 8 * (q.max_unfinished IS NOT NULL)),
+           JSON_ARRAYAGG(r.concurrency_key)
+      INTO v_queue_limits, v_keys
+      FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+             attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) j
+      STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
+      STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = a.queue_id
+      LEFT JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = a.id AND p.kind = 'KEY'
+      LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = p.scope_id;
+    limited_queues: LOOP
+      IF NOT COALESCE(v_queue_limits, 0) THEN LEAVE limited_queues; END IF;
+      SET v_next = NULL;
+      SELECT MIN(q.id) INTO v_next
+        FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+               attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) j
+        STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
+        STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = a.queue_id
+       WHERE q.id > v_queue AND (q.max_concurrency IS NOT NULL OR q.max_unfinished IS NOT NULL);
+      IF v_next IS NULL THEN LEAVE limited_queues; END IF;
+      SELECT id INTO v_queue FROM queues WHERE id = v_next FOR UPDATE;
+    END LOOP;
+    -- The session, then every key the items hold, in key order, before any of them is freed:
+    -- group and items alike then take no key row out of order.
+    SELECT id INTO v_ignored FROM worker_sessions WHERE id = v_session FOR UPDATE;
+    IF v_keys IS NOT NULL THEN
+      CALL keys_lock(p_namespace_id, v_keys, 0);
+    END IF;
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
     -- the change it waited for.
     SET v_now = UTC_TIMESTAMP(6);
     -- state: the attempt's new state; a retry whose attempts or deadline run out is FAILED
     -- below, once its backoff is drawn. started: the task's started attempts, this one too.
-    INSERT INTO result_rows_mem (seq, attempt_id, task_id, queue_id, resource_id, token, fp, state,
-                             retryable, started, texts)
+    INSERT INTO result_items_mem (seq, attempt_id, task_id, queue_id, resource_id, token, fp, state,
+                                  retryable, started, texts, limits, delay)
     SELECT j.seq - 1, a.id, a.task_id, a.queue_id, COALESCE(r.id, 0), a.concurrency_token,
            SHA2(CONCAT(j.outcome, '|', j.retryable, '|', COALESCE(NULLIF(j.result, ''), 'null'),
                        '|', COALESCE(NULLIF(j.error, ''), 'null')), 256),
@@ -75,7 +112,17 @@ BEGIN
            IF(j.outcome = 'failed' AND j.retryable = 1,
               (SELECT COUNT(*) FROM attempts s FORCE INDEX (uq_attempts_number)
                 WHERE s.task_id = a.task_id AND s.started_at IS NOT NULL), 0),
-           COALESCE(j.result, '') <> '' OR COALESCE(j.error, '') <> ''
+           COALESCE(j.result, '') <> '' OR COALESCE(j.error, '') <> '',
+           4 * (q.max_concurrency IS NOT NULL) + 8 * (q.max_unfinished IS NOT NULL),
+           -- attempt_result_one's backoff for a retry, exponential with jitter in [0.5, 1.0] of
+           -- the capped delay, drawn here: the queue is read by this statement without a lock
+           -- (an UPDATE joined to it would lock the row every result of the queue reads).
+           IF(j.outcome = 'failed' AND j.retryable = 1,
+              LEAST(q.retry_backoff_max_seconds,
+                    q.retry_backoff_seconds * POW(2, LEAST(
+                      (SELECT COUNT(*) FROM attempts s FORCE INDEX (uq_attempts_number)
+                        WHERE s.task_id = a.task_id AND s.started_at IS NOT NULL), 30) - 1))
+              * (0.5 + RAND() / 2), 0)
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY,
              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id',
@@ -101,20 +148,15 @@ BEGIN
 
   IF v_fast > 0 THEN
     -- What the group holds decides which steps below it needs: a batch of successes without
-    -- keys skips the retries' two statements and the keys' four.
+    -- keys skips the retry statement and the keys' four, one without limits the counters.
     SELECT GROUP_CONCAT(seq), SUM(state = 'RETRY'), SUM(texts), SUM(resource_id > 0),
-           MIN(queue_id), MAX(queue_id)
-      INTO v_fast_seqs, v_retries, v_texts, v_keyed, v_queue_low, v_queue_high
-      FROM result_rows_mem;
+           MIN(queue_id), MAX(queue_id), BIT_OR(limits)
+      INTO v_fast_seqs, v_retries, v_texts, v_keyed, v_queue_low, v_queue_high, v_queue_limits
+      FROM result_items_mem;
     SET v_done = v_fast - v_retries;
     IF v_retries > 0 THEN
-      -- Retries: attempt_result_one's backoff, exponential with jitter in [0.5, 1.0] of the
-      -- capped delay; a retry that would start past the deadline, or has no attempt left, fails.
-      UPDATE result_rows_mem f STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = f.queue_id
-         SET f.delay = LEAST(q.retry_backoff_max_seconds,
-                             q.retry_backoff_seconds * POW(2, LEAST(f.started, 30) - 1)) * (0.5 + RAND() / 2)
-       WHERE f.state = 'RETRY';
-      UPDATE result_rows_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+      -- Retries (their backoff drawn above): one whose attempts or deadline run out fails.
+      UPDATE result_items_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
          SET f.state = 'FAILED'
        WHERE f.state = 'RETRY'
          AND NOT (f.started < t.max_attempts
@@ -130,7 +172,7 @@ BEGIN
     -- A batch without any text (no-op handlers, results of None) need not pay for them: a
     -- fifth of its call's time (bench/README.md).
     IF v_texts = 0 THEN
-      UPDATE result_rows_mem f
+      UPDATE result_items_mem f
         STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
         STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
          SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
@@ -145,7 +187,7 @@ BEGIN
       UPDATE JSON_TABLE(p_items, '$[*]' COLUMNS (
                seq FOR ORDINALITY,
                result MEDIUMTEXT PATH '$.result', error MEDIUMTEXT PATH '$.error')) j
-        STRAIGHT_JOIN result_rows_mem f ON f.seq = j.seq - 1
+        STRAIGHT_JOIN result_items_mem f ON f.seq = j.seq - 1
         STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
         STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
          SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
@@ -161,27 +203,35 @@ BEGIN
              t.error = IF(f.state = 'SUCCEEDED', t.error, COALESCE(NULLIF(j.error, ''), t.error)),
              t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
     END IF;
-    IF v_queue_low = v_queue_high THEN
-      -- One queue (a worker's usual report): by key, without grouping the rows.
-      UPDATE queues SET active_attempts = active_attempts - v_fast,
-                        unfinished_tasks = unfinished_tasks - v_done
-       WHERE id = v_queue_low;
-    ELSE
-      UPDATE queues q
-        JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_rows_mem
-               GROUP BY queue_id) c ON c.queue_id = q.id
-         SET q.active_attempts = q.active_attempts - c.n, q.unfinished_tasks = q.unfinished_tasks - c.done;
+    -- The counters kept: a queue's where it has a limit, the application's where it has a
+    -- quota (their rows are locked above).
+    IF v_queue_limits > 0 THEN
+      IF v_queue_low = v_queue_high THEN
+        -- One queue (a worker's usual report): by key, without grouping the rows.
+        UPDATE queues SET active_attempts = active_attempts - IF(max_concurrency IS NULL, 0, v_fast),
+                          unfinished_tasks = unfinished_tasks - IF(max_unfinished IS NULL, 0, v_done)
+         WHERE id = v_queue_low;
+      ELSE
+        UPDATE queues q
+          JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_items_mem
+                 WHERE limits > 0 GROUP BY queue_id) c ON c.queue_id = q.id
+           SET q.active_attempts = q.active_attempts - IF(q.max_concurrency IS NULL, 0, c.n),
+               q.unfinished_tasks = q.unfinished_tasks - IF(q.max_unfinished IS NULL, 0, c.done);
+      END IF;
     END IF;
     UPDATE worker_sessions SET in_flight = in_flight - v_fast WHERE id = v_session;
-    UPDATE applications
-       SET active_attempts = active_attempts - v_fast, unfinished_tasks = unfinished_tasks - v_done
-     WHERE id = v_app;
+    IF v_limits > 0 THEN
+      UPDATE applications
+         SET active_attempts = active_attempts - IF(v_limits & 1, v_fast, 0),
+             unfinished_tasks = unfinished_tasks - IF(v_limits & 2, v_done, 0)
+       WHERE id = v_app;
+    END IF;
     IF v_keyed > 0 THEN
-      UPDATE result_rows_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+      UPDATE result_items_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
          SET r.holder_attempt_id = NULL, r.version = r.version + 1, r.updated_at = v_now
        WHERE r.holder_attempt_id = f.attempt_id;
     END IF;
-    DELETE p FROM result_rows_mem f STRAIGHT_JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = f.attempt_id;
+    DELETE p FROM result_items_mem f STRAIGHT_JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = f.attempt_id;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
     SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0),
@@ -190,31 +240,33 @@ BEGIN
            CASE WHEN state = 'RETRY' THEN CONCAT('retry after ', ROUND(delay, 3), 's')
                 WHEN state = 'FAILED' AND retryable = 1 THEN 'attempts or deadline exhausted' END,
            v_now
-      FROM result_rows_mem ORDER BY seq;
+      FROM result_items_mem ORDER BY seq;
     IF v_keyed > 0 THEN
       -- Each freed key passes to its next parked task: key_promote_next for the group. The
       -- dependent subquery reads each key's parked rows in ix_tasks_key_lane order and stops at
       -- the first due row of an ACTIVE queue (the shape key_promote_next measured; a join would
-      -- sort every parked row of the key). The rows are changed under the key rows' locks,
-      -- taken above, and the application row's, which every lane change holds.
-      UPDATE result_rows_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
-         SET f.next_task = COALESCE((
+      -- sort every parked row of the key). An INSERT ... SELECT reads it without locks: the
+      -- key rows are held, and every change of a key's parked tasks holds its key row, so what
+      -- it finds stays as found; the promoted rows are locked by the UPDATE after it.
+      INSERT INTO result_next_mem (resource_id, next_task)
+      SELECT f.resource_id, COALESCE((
                SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
                 WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
                   AND t.lane = 'BLOCKED' AND t.available_at <= v_now
                   AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
                 ORDER BY t.priority, t.id LIMIT 1), 0)
+        FROM result_items_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        WHERE f.resource_id > 0;
-      UPDATE result_rows_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task
+      UPDATE result_next_mem n STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = n.next_task
          SET t.lane = 'READY', t.updated_at = v_now
-       WHERE f.next_task > 0 AND t.lane = 'BLOCKED';
+       WHERE n.next_task > 0 AND t.lane = 'BLOCKED';
       -- A key with no task to promote has none waiting for it (key_promote_next's rule).
-      UPDATE result_rows_mem f
-        STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
-        LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.next_task AND t.lane = 'READY'
+      UPDATE result_next_mem n
+        STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = n.resource_id
+        LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = n.next_task AND t.lane = 'READY'
          SET r.candidate_task_id = COALESCE(t.id, r.candidate_task_id),
-             r.waiting_since = IF(f.next_task = 0, NULL, r.waiting_since)
-       WHERE f.resource_id > 0 AND (t.id IS NOT NULL OR f.next_task = 0);
+             r.waiting_since = IF(n.next_task = 0, NULL, r.waiting_since)
+       WHERE t.id IS NOT NULL OR n.next_task = 0;
     END IF;
   END IF;
 
@@ -242,7 +294,7 @@ BEGIN
              NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.result')), '')),
           IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.error')) = 'NULL', NULL,
              NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.error')), '')),
-          v_task, v_duplicate);
+          v_limits, v_task, v_duplicate);
       END item;
       SET v_out = JSON_ARRAY_APPEND(v_out, '$',
                     JSON_OBJECT('seq', v_i, 'attempt_id', v_id, 'task', COALESCE(v_task, 0),
@@ -250,5 +302,5 @@ BEGIN
     END IF;
     SET v_i = v_i + 1;
   END WHILE;
-  SET p_session = v_session, p_app = v_app, p_out = v_out;
+  SET p_session = v_session, p_app = v_app, p_limits = v_limits, p_out = v_out;
 END

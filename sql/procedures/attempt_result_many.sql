@@ -20,6 +20,7 @@ CREATE PROCEDURE attempt_result_many(IN p_namespace_id BIGINT UNSIGNED, IN p_ses
 BEGIN
   DECLARE v_session BIGINT UNSIGNED;
   DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_limits TINYINT UNSIGNED;
   DECLARE v_out MEDIUMTEXT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
@@ -27,7 +28,7 @@ BEGIN
   CALL attempt_result_tables();
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  CALL attempt_result_apply(p_namespace_id, p_session_public_id, p_items, v_session, v_app, v_out);
+  CALL attempt_result_apply(p_namespace_id, p_session_public_id, p_items, v_session, v_app, v_limits, v_out);
   COMMIT;
   CALL attempt_result_answers(v_out);
 END

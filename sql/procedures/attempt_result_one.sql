@@ -11,13 +11,18 @@
 --   unknown                                    -> attempt UNKNOWN, task NEEDS_REVIEW (key released)
 -- Any other call for an attempt that is not current is LEASE_LOST.
 -- Errors: NOT_FOUND, LEASE_LOST, STATE_CONFLICT (result before start).
--- Locks, in order: applications row, attempts row, tasks and queues rows, then those of
---   attempt_release (queues, worker_sessions, concurrency_resources, attempts, permits rows).
+-- p_app_limits: the application's quotas as the caller's gate read them (namespace_gate, which
+--   locked its row where it has one).
+-- Locks, in order (after the caller's gate and application row): attempts row, tasks row, the
+--   queues row where the queue has a limit (queue_limits' rule, read here with the backoff),
+--   then those of attempt_release (worker_sessions, concurrency_resources, permits rows, the
+--   promoted task) and, for a retry, task_enter_lane's key row.
 CREATE PROCEDURE attempt_result_one(
   IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
   IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
   IN p_attempt_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_outcome VARCHAR(16), IN p_retryable TINYINT,
-  IN p_result MEDIUMTEXT, IN p_error MEDIUMTEXT, OUT p_task_id BIGINT UNSIGNED, OUT p_duplicate TINYINT)
+  IN p_result MEDIUMTEXT, IN p_error MEDIUMTEXT, IN p_app_limits TINYINT UNSIGNED,
+  OUT p_task_id BIGINT UNSIGNED, OUT p_duplicate TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_attempt BIGINT UNSIGNED DEFAULT NULL;
@@ -39,24 +44,25 @@ BEGIN
   DECLARE v_available DATETIME(6);
   DECLARE v_actor VARCHAR(200);
   DECLARE v_now DATETIME(6);
+  DECLARE v_limits TINYINT UNSIGNED;
+  DECLARE v_ignored BIGINT UNSIGNED;
 
   SET p_task_id = NULL, p_duplicate = 0;
   SET v_fp = SHA2(CONCAT(p_outcome, '|', COALESCE(p_retryable, 0), '|', COALESCE(p_result, 'null'),
                          '|', COALESCE(p_error, 'null')), 256);
   SET v_actor = CONCAT('session:', p_session_public_id);
-  SELECT id, application_id INTO v_attempt, v_app FROM attempts
-   WHERE public_id = p_attempt_public_id AND namespace_id = p_namespace_id;
+  -- Found and locked in one read (uq_attempts_public_id), nothing being locked before it.
+  SELECT id, application_id, task_id, state, lease_expires_at, result_sha256, concurrency_token,
+         queue_id, session_id
+    INTO v_attempt, v_app, v_task, v_state, v_expires, v_stored, v_token, v_queue, v_session
+    FROM attempts WHERE public_id = p_attempt_public_id AND namespace_id = p_namespace_id
+     FOR UPDATE;
   IF v_attempt IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: attempt not found';
   END IF;
-
-  SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
   -- The clock is read after the first lock: a call that waited must not stamp times
   -- earlier than the change it waited for.
   SET v_now = UTC_TIMESTAMP(6);
-  SELECT task_id, state, lease_expires_at, result_sha256, concurrency_token, queue_id, session_id
-    INTO v_task, v_state, v_expires, v_stored, v_token, v_queue, v_session
-    FROM attempts WHERE id = v_attempt FOR UPDATE;
 
   SET p_task_id = v_task;
   IF v_session = p_session_id AND v_stored = v_fp THEN
@@ -69,20 +75,29 @@ BEGIN
     IF v_state = 'LEASED' THEN
       SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: attempt was not started; call start first';
     END IF;
-    SELECT t.max_attempts, t.deadline_at, q.retry_backoff_seconds, q.retry_backoff_max_seconds
-      INTO v_max_attempts, v_deadline, v_base, v_cap
-      FROM tasks t JOIN queues q ON q.id = t.queue_id WHERE t.id = v_task FOR UPDATE;
+    SELECT max_attempts, deadline_at INTO v_max_attempts, v_deadline
+      FROM tasks WHERE id = v_task FOR UPDATE;
+    -- The queue read plainly (its settings never change) and locked only where it has a
+    -- limit: a locking read joined to it would lock the row every result of the queue takes.
+    SELECT retry_backoff_seconds, retry_backoff_max_seconds,
+           4 * (max_concurrency IS NOT NULL) + 8 * (max_unfinished IS NOT NULL)
+      INTO v_base, v_cap, v_limits
+      FROM queues WHERE id = v_queue;
+    IF v_limits > 0 THEN
+      SELECT id INTO v_ignored FROM queues WHERE id = v_queue FOR UPDATE;
+    END IF;
+    SET v_limits = v_limits | p_app_limits;
     UPDATE attempts SET outcome = p_outcome, retryable = p_retryable, result = p_result,
                         error = p_error, result_sha256 = v_fp
      WHERE id = v_attempt;
 
     IF p_outcome = 'succeeded' THEN
-      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'SUCCEEDED');
-      CALL task_finish(v_task, v_app, v_queue, 'SUCCEEDED', p_result, NULL);
+      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'SUCCEEDED', v_limits);
+      CALL task_finish(v_task, v_app, v_queue, 'SUCCEEDED', p_result, NULL, v_limits);
       CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'SUCCEEDED', 'RUNNING',
                        'SUCCEEDED', v_actor, NULL);
     ELSEIF p_outcome = 'unknown' THEN
-      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'UNKNOWN');
+      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'UNKNOWN', v_limits);
       UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, error = COALESCE(p_error, error),
                        updated_at = v_now
        WHERE id = v_task;
@@ -95,7 +110,7 @@ BEGIN
       SET v_available = v_now + INTERVAL ROUND(v_delay * 1000000) MICROSECOND;
       IF p_retryable = 1 AND v_started < v_max_attempts
          AND (v_deadline IS NULL OR v_available < v_deadline) THEN
-        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'RETRY');
+        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'RETRY', v_limits);
         UPDATE tasks SET state = 'WAITING', available_at = v_available,
                          error = COALESCE(p_error, error), updated_at = v_now
          WHERE id = v_task;
@@ -103,8 +118,8 @@ BEGIN
         CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'RETRY_SCHEDULED', 'RUNNING',
                          'WAITING', v_actor, CONCAT('retry after ', ROUND(v_delay, 3), 's'));
       ELSE
-        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'FAILED');
-        CALL task_finish(v_task, v_app, v_queue, 'FAILED', NULL, p_error);
+        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'FAILED', v_limits);
+        CALL task_finish(v_task, v_app, v_queue, 'FAILED', NULL, p_error, v_limits);
         CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'FAILED', 'RUNNING', 'FAILED',
                          v_actor, IF(p_retryable = 1, 'attempts or deadline exhausted', NULL));
       END IF;

@@ -1,6 +1,6 @@
 -- key_promote_next: make the next parked task of a free key its READY candidate.
--- Helper inside the caller's transaction. The caller holds the application row and the
--- concurrency_resources row (FOR UPDATE) and has checked holder and candidate are both NULL.
+-- Helper inside the caller's transaction. The caller holds the concurrency_resources row (FOR
+-- UPDATE) and has checked holder and candidate are both NULL.
 -- Picks the best BLOCKED task of the key (priority, id) whose queue is ACTIVE and whose
 -- available_at has passed; tasks still backing off stay parked and are promoted by the due
 -- sweep (procrastinate #1599: a backing-off task must not wait for another release).
@@ -10,6 +10,9 @@
 -- resource row (or with the queue check as an IN subquery, which becomes a semi-join), MariaDB
 -- sorted every parked row of the key: 210 ms per release with 100k parked. A dependent scalar
 -- subquery keeps the index order, so the first due row of an ACTIVE queue ends the read.
+-- The read locks nothing (a locking read would lock the queue rows its subquery reads, rows
+-- every release of the queue would take): every change of a key's parked tasks holds the key
+-- row, which the caller holds, so the task found stays parked until the UPDATE locks it.
 CREATE PROCEDURE key_promote_next(IN p_resource_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -25,10 +28,11 @@ BEGIN
      AND t.available_at <= v_now
      AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
    ORDER BY t.priority, t.id
-   LIMIT 1
-   FOR UPDATE;
+   LIMIT 1;
   IF v_task IS NOT NULL THEN
-    UPDATE tasks SET lane = 'READY', updated_at = v_now WHERE id = v_task;
+    UPDATE tasks SET lane = 'READY', updated_at = v_now WHERE id = v_task AND lane = 'BLOCKED';
+  END IF;
+  IF v_task IS NOT NULL AND ROW_COUNT() = 1 THEN
     UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = p_resource_id;
   ELSE
     UPDATE concurrency_resources SET waiting_since = NULL

@@ -1,7 +1,7 @@
 -- lease_sweep: the periodic sweeper (run by every `orbit` server, about once a second).
--- Up to p_limit items of each kind, each in its own short transaction that first locks the
--- item's application row (the documented order), so several servers may sweep at once and
--- every step is idempotent:
+-- Up to p_limit items of each kind, each in its own short transaction that first takes a gate
+-- of the item's namespace (namespace_gate, with the application row under quotas; the
+-- documented order), so several servers may sweep at once and every step is idempotent:
 --   1. expired leases -> attempt_recover (EXPIRED / UNKNOWN, permits released);
 --   2. DELAYED tasks whose backoff ran out -> task_enter_lane (READY or parked);
 --   3. WAITING tasks past their total deadline -> DEADLINE_EXCEEDED.
@@ -28,13 +28,14 @@ BEGIN
   DECLARE v_at DATETIME(6);
   DECLARE v_kind VARCHAR(10);
   DECLARE v_i INT DEFAULT 0;
+  DECLARE v_limits TINYINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   recover_states: WHILE v_i < 2 DO
     SET v_kind = ELT(v_i + 1, 'LEASED', 'RUNNING'), v_at = '1000-01-01', v_last = 0, v_i = v_i + 1;
     recover_loop: LOOP
       SET v_next = NULL;
-      SELECT id, application_id, lease_expires_at INTO v_next, v_app, v_at
+      SELECT id, namespace_id, lease_expires_at INTO v_next, v_ns, v_at
         FROM attempts FORCE INDEX (ix_attempts_lease)
        WHERE state = v_kind AND lease_expires_at <= UTC_TIMESTAMP(6)
          AND (lease_expires_at > v_at OR (lease_expires_at = v_at AND id > v_last))
@@ -42,8 +43,8 @@ BEGIN
       IF v_next IS NULL OR v_recovered >= p_limit THEN LEAVE recover_loop; END IF;
       SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
       START TRANSACTION;
-      SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
-      CALL attempt_recover(v_next, 'system:sweeper');
+      CALL namespace_gate(v_ns, 3, v_app, v_limits);
+      CALL attempt_recover(v_next, 'system:sweeper', v_limits);
       COMMIT;
       SET v_recovered = v_recovered + 1, v_last = v_next;
     END LOOP;
@@ -52,7 +53,7 @@ BEGIN
   SET v_at = '1000-01-01', v_last = 0;
   due_loop: LOOP
     SET v_next = NULL;
-    SELECT id, application_id, available_at INTO v_next, v_app, v_at
+    SELECT id, namespace_id, available_at INTO v_next, v_ns, v_at
       FROM tasks FORCE INDEX (ix_tasks_due)
      WHERE lane = 'DELAYED' AND available_at <= UTC_TIMESTAMP(6)
        AND (available_at > v_at OR (available_at = v_at AND id > v_last))
@@ -60,7 +61,7 @@ BEGIN
     IF v_next IS NULL OR v_promoted >= p_limit THEN LEAVE due_loop; END IF;
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
-    SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+    CALL namespace_gate(v_ns, 0, v_app, v_limits);
     SELECT lane INTO v_state FROM tasks WHERE id = v_next FOR UPDATE;
     IF v_state = 'DELAYED' THEN
       CALL task_enter_lane(v_next);
@@ -84,11 +85,11 @@ BEGIN
       IF v_next IS NULL OR v_expired >= p_limit THEN LEAVE deadline_loop; END IF;
       SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
       START TRANSACTION;
-      SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
-      SELECT state INTO v_state FROM tasks WHERE id = v_next FOR UPDATE;
+      CALL namespace_gate(v_ns, 3, v_app, v_limits);
+      CALL task_lock_waiting(v_next, v_limits, v_state, v_limits);
       IF v_state = 'WAITING' THEN
         CALL task_leave_lane(v_next);
-        CALL task_finish(v_next, v_app, v_queue, 'DEADLINE_EXCEEDED', NULL, NULL);
+        CALL task_finish(v_next, v_app, v_queue, 'DEADLINE_EXCEEDED', NULL, NULL, v_limits);
         CALL history_add(v_next, v_ns, NULL, NULL, 'DEADLINE_EXCEEDED', 'WAITING',
                          'DEADLINE_EXCEEDED', 'system:sweeper', 'deadline passed while waiting');
       END IF;

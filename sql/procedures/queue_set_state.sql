@@ -6,8 +6,11 @@
 --   resume: each free key without a candidate that has parked tasks here gets one again.
 -- Result set: {queue_id, state}.
 -- Errors: NOT_FOUND.
--- Locks, in order: applications row, queues row, then per key: tasks rows, the key row
---   (pause), or the key row, then its promoted task row (resume).
+-- Locks, in order: every gate of the namespace (namespace_gates_lock: it waits for the writers
+--   in flight and admits none until the commit, so none reads the state as it was while this
+--   moves candidacy; writers read a queue's state plainly under their gate), queues row, then
+--   per key: tasks rows, the key row (pause), or the key row, then its promoted task row
+--   (resume).
 CREATE PROCEDURE queue_set_state(IN p_namespace_id BIGINT UNSIGNED, IN p_queue_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                  IN p_state VARCHAR(10))
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -28,7 +31,7 @@ BEGIN
   END IF;
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
+  CALL namespace_gates_lock(p_namespace_id);
   -- The clock is read after the first lock: a call that waited must not stamp times
   -- earlier than the change it waited for.
   SET v_now = UTC_TIMESTAMP(6);

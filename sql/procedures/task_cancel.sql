@@ -5,8 +5,11 @@
 --   anything else      -> STATE_CONFLICT (running, finished or needing review).
 -- Result set: {task_id}.
 -- Errors: NOT_FOUND, STATE_CONFLICT.
--- Locks, in order: applications row, attempts row (current attempt), tasks row, then
---   attempt_release's / task_leave_lane's rows.
+-- Locks, in order: a gate of the namespace and, under quotas, the application row
+--   (namespace_gate), the current attempts row, then task_lock_waiting's (the key row first
+--   for a parked task), then attempt_release's / task_leave_lane's rows.
+-- A claim that gives the task a new attempt between the read of its current attempt and the
+-- task's lock is answered as a deadlock (1213): the shell retries the call whole.
 CREATE PROCEDURE task_cancel(IN p_namespace_id BIGINT UNSIGNED, IN p_task_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                              IN p_actor VARCHAR(200))
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -19,6 +22,8 @@ BEGIN
   DECLARE v_attempt BIGINT UNSIGNED;
   DECLARE v_attempt_state VARCHAR(20);
   DECLARE v_token BIGINT UNSIGNED;
+  DECLARE v_limits TINYINT UNSIGNED;
+  DECLARE v_current BIGINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   SELECT id, application_id, queue_id INTO v_task, v_app, v_queue FROM tasks
@@ -28,20 +33,28 @@ BEGIN
   END IF;
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  SELECT id INTO v_app FROM applications WHERE id = v_app FOR UPDATE;
-  SELECT a.id, a.state, a.concurrency_token, a.session_id
-    INTO v_attempt, v_attempt_state, v_token, v_session
-    FROM tasks t JOIN attempts a ON a.id = t.current_attempt_id
-   WHERE t.id = v_task FOR UPDATE;
-  SELECT state INTO v_state FROM tasks WHERE id = v_task FOR UPDATE;
+  CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
+  -- The current attempt first (attempts before tasks, as a result and a recovery lock them):
+  -- found by a plain read, locked by key.
+  SELECT current_attempt_id INTO v_attempt FROM tasks WHERE id = v_task;
+  IF v_attempt IS NOT NULL THEN
+    SELECT state, concurrency_token, session_id INTO v_attempt_state, v_token, v_session
+      FROM attempts WHERE id = v_attempt FOR UPDATE;
+  END IF;
+  CALL task_lock_waiting(v_task, v_limits, v_state, v_limits);
+  SELECT current_attempt_id INTO v_current FROM tasks WHERE id = v_task;
+  IF NOT (v_current <=> v_attempt) THEN
+    SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
+      MESSAGE_TEXT = 'the task was claimed while it was being cancelled; retry';
+  END IF;
   IF v_state = 'WAITING' THEN
     CALL task_leave_lane(v_task);
-    CALL task_finish(v_task, v_app, v_queue, 'CANCELLED', NULL, NULL);
+    CALL task_finish(v_task, v_app, v_queue, 'CANCELLED', NULL, NULL, v_limits);
     CALL history_add(v_task, p_namespace_id, NULL, NULL, 'CANCELLED', 'WAITING', 'CANCELLED',
                      p_actor, NULL);
   ELSEIF v_state = 'LEASED' AND v_attempt_state = 'LEASED' THEN
-    CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'CANCELLED');
-    CALL task_finish(v_task, v_app, v_queue, 'CANCELLED', NULL, NULL);
+    CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'CANCELLED', v_limits);
+    CALL task_finish(v_task, v_app, v_queue, 'CANCELLED', NULL, NULL, v_limits);
     CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'CANCELLED', 'LEASED',
                      'CANCELLED', p_actor, 'cancelled before start; permits released');
   ELSE

@@ -7,7 +7,11 @@
 --   reading the task again (that read was 18% of the request in-process).
 -- Errors: NOT_FOUND (queue not in namespace), IDEMPOTENCY_CONFLICT (same key, other content),
 --   QUOTA_EXCEEDED (application or queue unfinished quota).
--- Locks: those of task_submit_one (the applications row first).
+-- Locks: a gate of the namespace (namespace_gate), then those of task_submit_one.
+-- A concurrent submission of the same Idempotency-Key makes this one's insert of the record a
+-- duplicate (1062) once the other commits: it is rolled back and answered as a deadlock
+-- (1213), which the shell retries whole, and the retry finds the record and answers as a
+-- replay (200) or IDEMPOTENCY_CONFLICT.
 CREATE PROCEDURE task_submit(
   IN p_namespace_id BIGINT UNSIGNED, IN p_queue_id BIGINT UNSIGNED,
   IN p_idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin, IN p_fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
@@ -20,14 +24,24 @@ CREATE PROCEDURE task_submit(
 BEGIN
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_created TINYINT;
+  DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_limits TINYINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE EXIT HANDLER FOR 1062
+  BEGIN
+    ROLLBACK;
+    SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
+      MESSAGE_TEXT = 'a concurrent submission with this Idempotency-Key committed first; retry';
+  END;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
+  CALL namespace_gate(p_namespace_id, 2, v_app, v_limits);
   CALL task_submit_one(p_namespace_id, p_queue_id, p_idempotency_key, p_fingerprint, p_handler,
                        p_handler_version, p_payload_version, p_payload, p_business_key,
                        p_concurrency_key, p_priority, p_max_attempts, p_deadline_seconds, p_actor,
-                       p_schedule_id, p_schedule_version, p_fire_time, v_task, v_created);
+                       p_schedule_id, p_schedule_version, p_fire_time, v_limits & 2,
+                       v_task, v_created);
   COMMIT;
   SELECT t.public_id AS task_id, v_created AS created,
          t.id, t.public_id, q.public_id AS queue_public_id, t.queue_id, t.state, t.handler,

@@ -22,13 +22,15 @@
 -- Every other item goes through task_submit_one in order behind its savepoint, after the
 -- group, whose rows it sees as a later submission would; they share no Idempotency-Key, and
 -- with room for the whole batch no quota check depends on which group went first.
--- Locks, in order: the applications row (held to the end), the batch's queues rows, the
--- group's concurrency_resources rows, then the new tasks and idempotency rows; then per
--- remaining item those of task_submit_one. Queue and resource rows are taken in the plan's
--- order (an ORDER BY on an aggregate's locking read is no order: see worker_claim); every
--- transaction that locks more than one queue or resource row holds the application row
--- first, so they cannot interleave. Deadlocks and lock-wait timeouts roll back the whole batch; the shell
--- retries it.
+-- Locks, in order: a gate of the namespace (namespace_gate) and, under an unfinished-task
+-- quota, the applications row; the batch's queues rows that have max_unfinished (id order);
+-- every existing key row the batch names (keys_lock: key order, all at once), then the
+-- group's new key rows (inserted in key order); then the new tasks and idempotency rows; then
+-- per remaining item those of task_submit_one (rows it holds already, and a key it names
+-- first). Deadlocks and lock-wait timeouts roll back the whole batch; the shell retries it. A
+-- concurrent submission of one of its Idempotency-Keys makes the batch's insert of that record
+-- a duplicate once the other commits: the batch is rolled back and answered as a deadlock
+-- (1213), and the shell's retry finds the record (task_submit's rule).
 CREATE PROCEDURE task_submit_many(IN p_namespace_id BIGINT UNSIGNED, IN p_actor VARCHAR(200),
                                   IN p_items MEDIUMTEXT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -49,7 +51,17 @@ BEGIN
   DECLARE v_gap INT;
   DECLARE v_now DATETIME(6);
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
+  DECLARE v_limits TINYINT UNSIGNED DEFAULT 0;
+  DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_next BIGINT UNSIGNED;
+  DECLARE v_keys MEDIUMTEXT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE EXIT HANDLER FOR 1062
+  BEGIN
+    ROLLBACK;
+    SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
+      MESSAGE_TEXT = 'a concurrent submission with one of these Idempotency-Keys committed first; retry';
+  END;
 
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
   CREATE TEMPORARY TABLE IF NOT EXISTS submit_fast_mem (
@@ -69,17 +81,34 @@ BEGIN
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   SET v_n = JSON_LENGTH(p_items);
-  SELECT application_id INTO v_app FROM namespaces WHERE id = p_namespace_id;
-  IF v_app IS NOT NULL THEN
+  CALL namespace_gate(p_namespace_id, 2, v_app, v_limits);
+  IF v_limits & 2 THEN  -- the row is locked by the gate
     SELECT max_unfinished, unfinished_tasks INTO v_app_max, v_app_unfinished
-      FROM applications WHERE id = v_app FOR UPDATE;
+      FROM applications WHERE id = v_app;
+  END IF;
+  IF v_app IS NOT NULL THEN
+    -- The batch's queues that count their unfinished tasks, locked in id order (a plain read
+    -- finds each); a queue without the limit is never locked.
+    limited_queues: LOOP
+      SET v_next = NULL;
+      SELECT MIN(q.id) INTO v_next FROM queues q
+       WHERE q.namespace_id = p_namespace_id AND q.id > v_queue AND q.max_unfinished IS NOT NULL
+         AND q.id IN (SELECT queue FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+                        queue BIGINT UNSIGNED PATH '$.queue')) jq);
+      IF v_next IS NULL THEN LEAVE limited_queues; END IF;
+      SELECT id INTO v_queue FROM queues WHERE id = v_next FOR UPDATE;
+    END LOOP;
+    -- Every key the batch names that has a row, in key order, before any other key row: the
+    -- group's and the remaining items' alike.
+    SELECT JSON_ARRAYAGG(k) INTO v_keys
+      FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+             k VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.concurrency_key')) j
+     WHERE k <> '';
+    IF v_keys IS NOT NULL THEN
+      CALL keys_lock(p_namespace_id, v_keys, 0);
+    END IF;
   END IF;
   IF v_app IS NOT NULL AND (v_app_max IS NULL OR v_app_unfinished + v_n <= v_app_max) THEN
-    SELECT COUNT(*) INTO v_ignored FROM queues
-     WHERE namespace_id = p_namespace_id
-       AND id IN (SELECT queue FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
-                    queue BIGINT UNSIGNED PATH '$.queue')) jq)
-       FOR UPDATE;
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
     -- the change it waited for.
     SET v_now = UTC_TIMESTAMP(6);
@@ -118,9 +147,15 @@ BEGIN
       -- the candidate and every later one parks behind it, as one submission after another
       -- would (submit_first_mem: each key's first such item; MySQL cannot open submit_fast_mem twice
       -- in one statement).
+      -- Keys without a row get one, in key order; the others are locked above, and an insert
+      -- that met them would hold the table's AUTO-INC lock while it waited (innodb_autoinc_lock_mode
+      -- 1), stalling every key insert of the server. Two batches making one new key meet here.
       INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
-      SELECT DISTINCT p_namespace_id, concurrency_key, v_now, v_now FROM submit_fast_mem
-       WHERE concurrency_key <> '' ORDER BY concurrency_key
+      SELECT DISTINCT p_namespace_id, f.concurrency_key, v_now, v_now FROM submit_fast_mem f
+       WHERE f.concurrency_key <> ''
+         AND NOT EXISTS (SELECT 1 FROM concurrency_resources r
+                          WHERE r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key)
+       ORDER BY f.concurrency_key
           ON DUPLICATE KEY UPDATE updated_at = concurrency_resources.updated_at;
       INSERT INTO submit_first_mem (concurrency_key, seq)
       SELECT f.concurrency_key, MIN(f.seq) FROM submit_fast_mem f STRAIGHT_JOIN queues q ON q.id = f.queue_id
@@ -178,10 +213,17 @@ BEGIN
       UPDATE submit_fast_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
          SET r.candidate_task_id = f.task_id WHERE f.lane = 'READY';
     END IF;
-    UPDATE applications SET unfinished_tasks = unfinished_tasks + v_fast WHERE id = v_app;
-    UPDATE queues q
-      JOIN (SELECT queue_id, COUNT(*) AS n FROM submit_fast_mem GROUP BY queue_id) c ON c.queue_id = q.id
-       SET q.unfinished_tasks = q.unfinished_tasks + c.n;
+    -- The counters kept: the application's under its quota, a queue's under its limit (their
+    -- rows are locked above; the loop's last queue is 0 when no queue of the batch has one).
+    IF v_limits & 2 THEN
+      UPDATE applications SET unfinished_tasks = unfinished_tasks + v_fast WHERE id = v_app;
+    END IF;
+    IF v_queue > 0 THEN
+      UPDATE queues q
+        JOIN (SELECT queue_id, COUNT(*) AS n FROM submit_fast_mem GROUP BY queue_id) c ON c.queue_id = q.id
+         SET q.unfinished_tasks = q.unfinished_tasks + c.n
+       WHERE q.max_unfinished IS NOT NULL;
+    END IF;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
     SELECT task_id, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'WAITING', p_actor,
@@ -225,7 +267,7 @@ BEGIN
            NULLIF(JSON_EXTRACT(v_item, '$.max_attempts'), 0)),
         IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.deadline_seconds')) = 'NULL', NULL,
            NULLIF(JSON_EXTRACT(v_item, '$.deadline_seconds'), 0)),
-        p_actor, NULL, NULL, NULL, v_task, v_created);
+        p_actor, NULL, NULL, NULL, v_limits & 2, v_task, v_created);
     END item;
     SET v_out = JSON_ARRAY_APPEND(v_out, '$',
                   JSON_OBJECT('seq', v_i, 'task', COALESCE(v_task, 0), 'created', COALESCE(v_created, 0),

@@ -3,13 +3,18 @@
 -- caller. Sets p_task_id (tasks.id) and p_created (1 first acceptance, 0 replay).
 -- Params: namespace, queue (internal id, already scope-checked by the shell), Idempotency-Key,
 --   fingerprint (SHA-256 of the normalised request), task fields, deadline in seconds (NULL =
---   none), actor, and the schedule origin (NULLs for API submissions).
+--   none), actor, the schedule origin (NULLs for API submissions), and whether the
+--   application has an unfinished-task quota (the caller's gate says, namespace_gate).
 -- Errors: NOT_FOUND (queue not in namespace), IDEMPOTENCY_CONFLICT (same key, other content),
 --   QUOTA_EXCEEDED (application or queue unfinished quota).
--- Locks, in order: applications row, queues row, concurrency_resources row (keyed), then the
---   new task and idempotency rows.
--- Two concurrent submissions with one key: the second waits on the application row and then
--- finds the first one's idempotency record, so exactly one task is created (K1).
+-- Locks, in order (the caller holds a gate of the namespace): the applications row only when
+--   the application has max_unfinished, the queues row only when the queue has max_unfinished
+--   (each counter is kept exactly where its limit is set), the concurrency_resources row
+--   (keyed), then the new task and idempotency rows. Without limits no row shared by the
+--   tenant's tasks is locked.
+-- Two concurrent submissions with one Idempotency-Key both find no record; the second's insert
+-- of it waits for the first and then fails as a duplicate, which the caller turns into a retry
+-- of the whole call, and the retry answers the first one's task (K1).
 -- A busy key is not an error (K4): the task is parked as BLOCKED, consumes no attempt and
 -- counts toward the unfinished quotas.
 CREATE PROCEDURE task_submit_one(
@@ -19,7 +24,7 @@ CREATE PROCEDURE task_submit_one(
   IN p_payload MEDIUMTEXT, IN p_business_key VARCHAR(191), IN p_concurrency_key VARCHAR(191),
   IN p_priority TINYINT UNSIGNED, IN p_max_attempts INT UNSIGNED, IN p_deadline_seconds INT UNSIGNED,
   IN p_actor VARCHAR(200), IN p_schedule_id BIGINT UNSIGNED, IN p_schedule_version INT UNSIGNED,
-  IN p_fire_time DATETIME(6),
+  IN p_fire_time DATETIME(6), IN p_unfinished_limited TINYINT,
   OUT p_task_id BIGINT UNSIGNED, OUT p_created TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -28,7 +33,6 @@ BEGIN
   DECLARE v_existing_task BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app_max INT UNSIGNED;
   DECLARE v_app_unfinished INT UNSIGNED;
-  DECLARE v_q_ns BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_q_max INT UNSIGNED;
   DECLARE v_q_unfinished INT UNSIGNED;
   DECLARE v_q_attempts INT UNSIGNED;
@@ -39,16 +43,14 @@ BEGIN
   DECLARE v_now DATETIME(6);
 
   SET p_task_id = NULL, p_created = 0;
-  SELECT application_id INTO v_app FROM queues WHERE id = p_queue_id AND namespace_id = p_namespace_id;
+  -- A plain read: the queue's limits never change, and its state changes only under every gate
+  -- of the namespace, so neither changes while the caller holds one.
+  SELECT application_id, max_unfinished, max_attempts, state
+    INTO v_app, v_q_max, v_q_attempts, v_q_state
+    FROM queues WHERE id = p_queue_id AND namespace_id = p_namespace_id;
   IF v_app IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: queue not found';
   END IF;
-
-  SELECT max_unfinished, unfinished_tasks INTO v_app_max, v_app_unfinished
-    FROM applications WHERE id = v_app FOR UPDATE;
-  -- The clock is read after the first lock: a call that waited must not stamp times
-  -- earlier than the change it waited for.
-  SET v_now = UTC_TIMESTAMP(6);
 
   SELECT fingerprint, task_id INTO v_existing_fp, v_existing_task
     FROM idempotency_records
@@ -60,15 +62,22 @@ BEGIN
     END IF;
     SET p_task_id = v_existing_task, p_created = 0;
   ELSE
-    SELECT namespace_id, max_unfinished, unfinished_tasks, max_attempts, state
-      INTO v_q_ns, v_q_max, v_q_unfinished, v_q_attempts, v_q_state
-      FROM queues WHERE id = p_queue_id FOR UPDATE;
-    IF v_app_max IS NOT NULL AND v_app_unfinished >= v_app_max THEN
-      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUOTA_EXCEEDED: application unfinished-task quota reached';
+    IF p_unfinished_limited THEN
+      SELECT max_unfinished, unfinished_tasks INTO v_app_max, v_app_unfinished
+        FROM applications WHERE id = v_app FOR UPDATE;
+      IF v_app_max IS NOT NULL AND v_app_unfinished >= v_app_max THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUOTA_EXCEEDED: application unfinished-task quota reached';
+      END IF;
     END IF;
-    IF v_q_max IS NOT NULL AND v_q_unfinished >= v_q_max THEN
-      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUOTA_EXCEEDED: queue unfinished-task quota reached';
+    IF v_q_max IS NOT NULL THEN
+      SELECT unfinished_tasks INTO v_q_unfinished FROM queues WHERE id = p_queue_id FOR UPDATE;
+      IF v_q_unfinished >= v_q_max THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUOTA_EXCEEDED: queue unfinished-task quota reached';
+      END IF;
     END IF;
+    -- The clock is read after the locks: a call that waited must not stamp times earlier
+    -- than the change it waited for.
+    SET v_now = UTC_TIMESTAMP(6);
 
     -- The lane is decided before the insert (task_enter_lane's rules for a task available
     -- now), so the new row's lane indexes are written once rather than inserted and updated.
@@ -91,8 +100,12 @@ BEGIN
     SET v_task = LAST_INSERT_ID();
     INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, task_id, created_at)
       VALUES (p_namespace_id, p_idempotency_key, p_fingerprint, v_task, v_now);
-    UPDATE applications SET unfinished_tasks = unfinished_tasks + 1 WHERE id = v_app;
-    UPDATE queues SET unfinished_tasks = unfinished_tasks + 1 WHERE id = p_queue_id;
+    IF p_unfinished_limited THEN
+      UPDATE applications SET unfinished_tasks = unfinished_tasks + 1 WHERE id = v_app;
+    END IF;
+    IF v_q_max IS NOT NULL THEN
+      UPDATE queues SET unfinished_tasks = unfinished_tasks + 1 WHERE id = p_queue_id;
+    END IF;
     IF v_lane = 'READY' AND v_resource IS NOT NULL THEN
       UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = v_resource;
     END IF;

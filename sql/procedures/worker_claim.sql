@@ -3,9 +3,11 @@
 -- Result set: task.assign rows of the attempts granted by this call (session_assignments).
 -- Errors: NOT_FOUND (unknown session), STATE_CONFLICT (session closed).
 --
--- The body, its locks (in the documented order: applications row first), fairness and
--- recovery are worker_claim_grant's (shared with worker_report_claim); this procedure resolves
--- the session, and is the transaction and its answer.
+-- Recovery of the session's queues runs first, item by item in transactions of their own
+-- (session_recover). The body, its locks (a gate of the namespace first, namespace_gate, then
+-- worker_claim_grant's) and fairness are worker_claim_grant's (shared with
+-- worker_report_claim); this procedure resolves the session, and is the transaction and its
+-- answer.
 CREATE PROCEDURE worker_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                               IN p_max INT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -13,6 +15,7 @@ BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_first_attempt BIGINT UNSIGNED;
+  DECLARE v_limits TINYINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
@@ -21,10 +24,13 @@ BEGIN
   IF v_session IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: worker session not found';
   END IF;
+  CALL session_recover(p_namespace_id, v_session);
   CALL worker_claim_tables();
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max, v_first_attempt);
+  CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
+  CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max, v_limits,
+                          0, v_first_attempt);
   COMMIT;
   CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615));
 END

@@ -4,14 +4,20 @@
 -- (worker_claim_tables) and answers with session_assignments(p_session_id, p_first_attempt)
 -- after its commit.
 -- Params: namespace, session internal id, its application, its public id (for the history's
--- actor), max (1..100). Out: the first attempt id granted by this call (NULL: none).
+-- actor), max (1..100), the application's quotas as the caller's gate read them
+-- (namespace_gate, which locked the application row where it has one), and p_skip_keys: 1
+-- when the caller's transaction holds key rows already (worker_report_claim's results), so
+-- that a candidate whose key row another transaction holds is left for a later claim rather
+-- than waited for out of key order. Out: the first attempt id granted by this call (NULL:
+-- none).
 -- Errors: STATE_CONFLICT (session closed), before anything is written.
 --
--- Locks, in the documented order: applications row (the application quota), the session's
--- queues rows (queue permits), worker_sessions row, candidate tasks rows (FOR UPDATE SKIP
--- LOCKED through ix_tasks_claim, or ix_tasks_queue_lane_key for a session without
--- concurrency_keys), concurrency_resources row of each keyed candidate (in
--- candidate order), then the new attempts and permits rows.
+-- Locks, in the documented order (after the caller's gate and application row): the session's
+-- queues rows that have a limit (id order; a queue without one is read, never locked),
+-- worker_sessions row, candidate tasks rows (FOR UPDATE SKIP LOCKED through ix_tasks_claim, or
+-- ix_tasks_queue_lane_key for a session without concurrency_keys), the keyed candidates'
+-- concurrency_resources rows (keys_lock: key order, all at once), then the new attempts and
+-- permits rows.
 --
 -- K8 without a scan: keyed tasks whose key is held are parked (lane BLOCKED) and each free key
 -- has at most one READY candidate, so ix_tasks_claim (queue_id, lane, priority, id) holds only
@@ -24,12 +30,12 @@
 -- seconds, with nothing in flight. A burst is split with the nodes that are idle instead of
 -- going whole to the first poller; nodes that are already working do not shrink the share.
 --
--- Recovery runs here first (expired leases of these queues, due DELAYED tasks), so an expired
--- lease is recovered at the next claim on its queue even without the sweeper.
+-- Recovery (expired leases, due backoff) runs before this transaction (session_recover).
 CREATE PROCEDURE worker_claim_grant(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
                                     IN p_app_id BIGINT UNSIGNED,
                                     IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
-                                    IN p_max INT UNSIGNED, OUT p_first_attempt BIGINT UNSIGNED)
+                                    IN p_max INT UNSIGNED, IN p_limits TINYINT UNSIGNED,
+                                    IN p_skip_keys TINYINT, OUT p_first_attempt BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_session BIGINT UNSIGNED;
@@ -43,7 +49,7 @@ BEGIN
   DECLARE v_want INT DEFAULT 0;
   DECLARE v_found INT DEFAULT 0;
   DECLARE v_live INT DEFAULT 0;
-  DECLARE v_recover TINYINT DEFAULT 0;
+  DECLARE v_limited_ids TEXT DEFAULT '';
   DECLARE v_cap INT DEFAULT 0;
   DECLARE v_granted INT DEFAULT 0;
   DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
@@ -64,80 +70,46 @@ BEGIN
   DECLARE v_only_lease INT UNSIGNED;
   DECLARE v_take INT DEFAULT 0;
   DECLARE v_bad INT DEFAULT 1;
-  DECLARE v_lane VARCHAR(10);
+  DECLARE v_locked INT DEFAULT 0;
+  DECLARE v_key_list MEDIUMTEXT;
 
   SET v_session = p_session_id, v_app = p_app_id;
   SET v_actor = CONCAT('session:', p_session_public_id);
-  SELECT max_active_attempts, active_attempts INTO v_app_max, v_app_active
-    FROM applications WHERE id = v_app FOR UPDATE;
-  -- The clock is read after the first lock: a call that waited must not stamp times
-  -- earlier than the change it waited for.
-  SET v_now = UTC_TIMESTAMP(6);
-  -- No ORDER BY: an aggregate ignores it (MariaDB drops it from the plan; MySQL 8's
-  -- ONLY_FULL_GROUP_BY refuses it). The plan walks the session's queues in id order, and the
-  -- application row above already keeps these rows' lockers apart (sql/README.md, lock order).
-  -- The counts spare statements below: a second queue to walk, a queue permit limit to check.
-  -- For a session of one queue (the usual worker) the queue and its lease, when ACTIVE, are
-  -- read here too, sparing the walks' lookups of it.
-  SELECT COUNT(*), COUNT(max_concurrency), MIN(id), MIN(IF(state = 'ACTIVE', lease_seconds, NULL))
-    INTO v_queues, v_limited, v_only_queue, v_only_lease FROM queues
-   WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session)
-   FOR UPDATE;
+  IF p_limits & 1 THEN  -- the row is locked by the caller's gate
+    SELECT max_active_attempts, active_attempts INTO v_app_max, v_app_active
+      FROM applications WHERE id = v_app;
+  END IF;
+  -- The counts spare statements below: a second queue to walk, a queue permit limit to check,
+  -- queue rows to lock. For a session of one queue (the usual worker) the queue and its
+  -- lease, when ACTIVE, are read here too, sparing the walks' lookups of it. A plain read: a
+  -- queue's limits never change and its state changes only under every gate of the namespace.
+  SELECT COUNT(*), COUNT(max_concurrency), COUNT(COALESCE(max_concurrency, max_unfinished)),
+         MIN(id), MIN(IF(state = 'ACTIVE', lease_seconds, NULL))
+    INTO v_queues, v_limited, v_locked, v_only_queue, v_only_lease FROM queues
+   WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session);
+  -- Queues with a limit, locked in id order (their counters are kept): one at a time by key.
+  SET v_queue = 0;
+  limited_queues: LOOP
+    IF v_locked = 0 THEN LEAVE limited_queues; END IF;
+    SET v_next = NULL;
+    SELECT MIN(q.id) INTO v_next FROM worker_session_queues wq
+      JOIN queues q ON q.id = wq.queue_id
+     WHERE wq.session_id = v_session AND q.id > v_queue
+       AND (q.max_concurrency IS NOT NULL OR q.max_unfinished IS NOT NULL);
+    IF v_next IS NULL THEN LEAVE limited_queues; END IF;
+    SELECT id INTO v_queue FROM queues WHERE id = v_next FOR UPDATE;
+    SET v_limited_ids = CONCAT(v_limited_ids, ',', v_queue);
+  END LOOP;
+  SET v_queue = 0;
   SELECT state, capacity, in_flight, concurrency_keys INTO v_state, v_capacity, v_in_flight, v_keys
     FROM worker_sessions WHERE id = v_session FOR UPDATE;
   IF v_state <> 'OPEN' THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: worker session is closed; say hello again';
   END IF;
 
-  -- Recovery of expired leases and due backoff on these queues, per queue of the session
-  -- (ix_attempts_queue_lease, ix_tasks_queue_due) and bounded; the sweeper does the rest. The
-  -- found row is re-checked under its lock by the helper. Most claims find nothing to
-  -- recover: one plain read over all the session's queues (the probe's,
-  -- session_recovery_due) says so, and the per-queue loops run only when it finds something.
-  CALL session_recovery_due(v_session, IF(v_queues = 1, v_only_queue, 0), v_now, v_recover);
-  SET v_queue = 0;
-  recovery_queues: LOOP
-    IF NOT v_recover THEN LEAVE recovery_queues; END IF;
-    SET v_next = NULL;
-    SELECT MIN(queue_id) INTO v_next FROM worker_session_queues
-     WHERE session_id = v_session AND queue_id > v_queue;
-    IF v_next IS NULL THEN LEAVE recovery_queues; END IF;
-    SET v_queue = v_next;
-    recover_loop: LOOP
-      SET v_next = NULL;
-      SELECT id INTO v_next FROM attempts FORCE INDEX (ix_attempts_queue_lease)
-       WHERE queue_id = v_queue AND state IN ('LEASED', 'RUNNING') AND lease_expires_at <= v_now
-       LIMIT 1;
-      IF v_next IS NULL OR v_granted >= 20 THEN LEAVE recover_loop; END IF;
-      CALL attempt_recover(v_next, 'system:claim');
-      SET v_granted = v_granted + 1;
-    END LOOP;
-    -- Retry backoff that has run out: DELAYED tasks re-enter their lane (procrastinate #1599).
-    -- A plain read finds the task and its row is then locked by key and re-checked: a locking
-    -- range read also locks the first index row past the range, another queue's, and
-    -- deadlocked with that row's own claim (sql/README.md, "Locking reads").
-    due_loop: LOOP
-      SET v_next = NULL, v_lane = NULL;
-      SELECT id INTO v_next FROM tasks FORCE INDEX (ix_tasks_queue_due)
-       WHERE queue_id = v_queue AND lane = 'DELAYED' AND available_at <= v_now
-       LIMIT 1;
-      IF v_next IS NULL OR v_granted >= 70 THEN LEAVE due_loop; END IF;
-      SELECT lane INTO v_lane FROM tasks WHERE id = v_next AND available_at <= v_now FOR UPDATE;
-      IF v_lane = 'DELAYED' THEN
-        CALL task_enter_lane(v_next);
-      END IF;
-      SET v_granted = v_granted + 1;
-    END LOOP;
-  END LOOP;
-  SET v_granted = 0, v_queue = 0;
-  -- Grants are stamped after the recoveries above, so a new permit never starts before the
-  -- permit it replaces ended.
+  -- The clock is read after the locks: a call that waited must not stamp times earlier than
+  -- the change it waited for.
   SET v_now = UTC_TIMESTAMP(6);
-
-  IF v_recover THEN  -- a recovered attempt freed room in this session and the application
-    SELECT in_flight INTO v_in_flight FROM worker_sessions WHERE id = v_session;
-    SELECT active_attempts INTO v_app_active FROM applications WHERE id = v_app;
-  END IF;
   SET v_want = LEAST(p_max, GREATEST(CAST(v_capacity AS SIGNED) - CAST(v_in_flight AS SIGNED), 0));
 
   IF v_want > 0 THEN
@@ -185,6 +157,27 @@ BEGIN
       IF v_queues = 1 THEN LEAVE queue_loop; END IF;
     END LOOP;
 
+    -- The keyed candidates' key rows, locked before their tokens are computed (K7) and before
+    -- any grant, all at once in key order (keys_lock), as every transaction that takes more
+    -- than one key row takes them. A lone candidate's key needs no order: attempt_grant locks
+    -- it. When this transaction holds key rows already (p_skip_keys), a row another holds is
+    -- skipped and its candidate left READY for a later claim: waiting for it here, out of key
+    -- order, could close a cycle with a submission that holds it and waits for one of ours.
+    SELECT COALESCE(SUM(keyed), 0) INTO v_keyed FROM claim_candidates_mem;
+    IF v_keyed > 0 AND (v_found > 1 OR p_skip_keys) THEN
+      SELECT JSON_ARRAYAGG(t.concurrency_key) INTO v_key_list
+        FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+       WHERE c.keyed = 1;
+      CALL keys_lock(p_namespace_id, v_key_list, p_skip_keys);
+      IF p_skip_keys THEN
+        DELETE c FROM claim_candidates_mem c
+          STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+          LEFT JOIN locked_keys_mem k ON k.concurrency_key = t.concurrency_key
+         WHERE c.keyed = 1 AND k.concurrency_key IS NULL;
+        SET v_found = v_found - ROW_COUNT();
+      END IF;
+    END IF;
+
     -- The fair share can only split a burst of more than one, for a claim of more than one.
     IF v_found > 1 AND v_want > 1 THEN
       -- From the sessions seen in the last 5 seconds (ix_worker_sessions_seen), not from every
@@ -202,9 +195,9 @@ BEGIN
       SET v_cap = LEAST(v_want, v_found);
     END IF;
 
-    -- Grant in (priority, id) order across the queues. The application row is locked by this
-    -- claim, so its active count read under that lock (again after a recovery) plus this
-    -- call's grants is exact.
+    -- Grant in (priority, id) order across the queues. Under a quota the application row is
+    -- locked by this claim's gate, so its active count read under that lock plus this call's
+    -- grants is exact.
     SET v_take = LEAST(v_cap, IF(v_app_max IS NULL, v_cap,
                                  GREATEST(CAST(v_app_max AS SIGNED) - CAST(v_app_active AS SIGNED), 0)));
     IF v_take > 1 THEN
@@ -221,14 +214,8 @@ BEGIN
       END IF;
       SELECT SUM(keyed), SUM(late) INTO v_keyed, v_bad FROM claim_candidates_mem WHERE take = 1;
       IF v_keyed > 0 THEN
-        -- The keyed candidates' key rows, locked before their tokens are computed (K7).
-        -- STRAIGHT_JOIN: from the candidates to their rows, never from a key to its (parked)
-        -- tasks.
-        SELECT COUNT(*) INTO v_ignored
-          FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
-          STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
-         WHERE c.take = 1 AND c.keyed = 1
-           FOR UPDATE;
+        -- The key rows are locked above (keys_lock). STRAIGHT_JOIN: from the candidates to
+        -- their rows, never from a key to its (parked) tasks.
         CALL token_range(v_floor, v_ceiling);
         UPDATE claim_candidates_mem c
           STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
@@ -285,13 +272,17 @@ BEGIN
       UPDATE claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
          SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
-      IF v_queues = 1 THEN  -- by key, without grouping the candidates
+      -- Queue permits are counted where a queue has max_concurrency (its row is locked above).
+      IF v_limited = 0 THEN
+        SET v_ignored = 0;
+      ELSEIF v_queues = 1 THEN  -- by key, without grouping the candidates
         UPDATE queues SET active_attempts = active_attempts + v_granted WHERE id = v_only_queue;
       ELSE
         UPDATE queues q
-          JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c
+          JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem
+                 WHERE take = 1 AND FIND_IN_SET(queue_id, v_limited_ids) GROUP BY queue_id) c
             ON c.queue_id = q.id
-           SET q.active_attempts = q.active_attempts + c.n;
+           SET q.active_attempts = q.active_attempts + IF(q.max_concurrency IS NULL, 0, c.n);
       END IF;
       INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                                 from_state, to_state, actor, details, created_at)
@@ -311,7 +302,7 @@ BEGIN
         SET v_done = 0;
         FETCH c_grant INTO v_next;
         IF v_done = 1 THEN LEAVE grant_loop; END IF;
-        CALL attempt_grant(v_next, v_session, v_now, v_actor, v_item);
+        CALL attempt_grant(v_next, v_session, v_now, v_actor, p_limits, v_item);
         IF v_item IS NOT NULL THEN
           SET v_granted = v_granted + 1;
           IF v_first_attempt IS NULL THEN SET v_first_attempt = v_item; END IF;
@@ -320,7 +311,7 @@ BEGIN
       CLOSE c_grant;
     END grants;
     END IF;
-    IF v_granted > 0 THEN
+    IF v_granted > 0 AND p_limits & 1 THEN
       UPDATE applications SET active_attempts = active_attempts + v_granted WHERE id = v_app;
     END IF;
   END IF;

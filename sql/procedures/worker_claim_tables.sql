@@ -1,6 +1,6 @@
--- worker_claim_tables: the candidates table of worker_claim_grant, made (once per connection)
--- and emptied. Called before the transaction: some DDL commits implicitly (sql/README.md,
--- "Set-based paths").
+-- worker_claim_tables: the candidates table of worker_claim_grant and the key rows table of
+-- keys_lock, made (once per connection) and emptied. Called before the transaction: some DDL
+-- commits implicitly (sql/README.md, "Set-based paths").
 CREATE PROCEDURE worker_claim_tables()
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -12,5 +12,9 @@ BEGIN
     attempt_number INT UNSIGNED NOT NULL, attempt_id BIGINT UNSIGNED NOT NULL DEFAULT 0,
     expires_at DATETIME(6) NOT NULL
   ) ENGINE=MEMORY;
+  CREATE TEMPORARY TABLE IF NOT EXISTS locked_keys_mem (
+    concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY
+  ) ENGINE=MEMORY;
   DELETE FROM claim_candidates_mem;
+  DELETE FROM locked_keys_mem;
 END

@@ -13,9 +13,11 @@
 -- Result sets: attempt_result_many's (one row per item), then worker_claim's (task.assign
 --   rows of the attempts granted by this call).
 --
--- Locks: attempt_result_apply's, then worker_claim_grant's. Both take the applications row
--- first and hold it to the commit, as every writer of an application does, so the rows after
--- it are never locked in another order by a concurrent transaction of the application.
+-- Recovery of the session's queues runs first, in transactions of its own (session_recover).
+-- Locks: attempt_result_apply's (a gate of the namespace first), then worker_claim_grant's in
+-- its p_skip_keys form: the results hold key rows already, so the claim takes no further key
+-- row it would have to wait for (a candidate whose key another transaction holds is left for
+-- a later claim), and its second pass through the lock order cannot close a cycle.
 -- Deadlocks and lock-wait timeouts roll back both halves (outer handler); the shell retries
 -- the call whole.
 CREATE PROCEDURE worker_report_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
@@ -24,16 +26,24 @@ CREATE PROCEDURE worker_report_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_ses
 BEGIN
   DECLARE v_session BIGINT UNSIGNED;
   DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_limits TINYINT UNSIGNED;
   DECLARE v_out MEDIUMTEXT;
   DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
+  IF p_max > 0 THEN
+    SELECT id INTO v_session FROM worker_sessions
+     WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
+    IF v_session IS NOT NULL THEN
+      CALL session_recover(p_namespace_id, v_session);
+    END IF;
+  END IF;
   CALL attempt_result_tables();
   CALL worker_claim_tables();
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
-  CALL attempt_result_apply(p_namespace_id, p_session_public_id, p_items, v_session, v_app, v_out);
+  CALL attempt_result_apply(p_namespace_id, p_session_public_id, p_items, v_session, v_app, v_limits, v_out);
   IF v_session IS NOT NULL AND p_max > 0 THEN
     -- A closed session signals STATE_CONFLICT in the grant before it writes anything; the
     -- savepoint keeps that from undoing the results all the same.
@@ -45,7 +55,7 @@ BEGIN
         SET v_first_attempt = NULL;
       END;
       CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max,
-                              v_first_attempt);
+                              v_limits, 1, v_first_attempt);
     END claim_half;
   END IF;
   COMMIT;

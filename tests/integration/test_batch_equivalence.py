@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from orbit_shell.server.scoped import QUEUE_COUNTS
 from tests.helpers import Session, submit, task_body
 
 SUBMISSIONS = [
@@ -187,8 +190,7 @@ def snapshot(database, tenant, outcome: dict) -> dict:
         h["details"] = re.sub(r"[0-9.]+s$", "<delay>", h["details"] or "")
     [counters] = database.query(
         "SELECT a.unfinished_tasks AS app_unfinished, a.active_attempts AS app_active, "
-        "q.unfinished_tasks AS queue_unfinished, q.active_attempts AS queue_active, "
-        "s.in_flight FROM applications a JOIN queues q ON q.public_id = %s "
+        f"{QUEUE_COUNTS}, s.in_flight FROM applications a JOIN queues q ON q.public_id = %s "
         "JOIN worker_sessions s ON s.public_id = %s WHERE a.id = %s",
         (tenant.queue_id, outcome["session"], tenant.application_id),
     )
@@ -208,8 +210,14 @@ def snapshot(database, tenant, outcome: dict) -> dict:
     }
 
 
-def test_batch_routes_leave_what_the_single_routes_leave(client, database, tenant_factory):
+@pytest.mark.parametrize("quotas", [False, True], ids=["unlimited", "quotas"])
+def test_batch_routes_leave_what_the_single_routes_leave(client, database, tenant_factory, quotas):
+    """Both routes alike, without quotas (no counters kept) and under quotas far above what the
+    scenario reaches (the application's counters kept, and compared)."""
     single, batched = tenant_factory(), tenant_factory()
+    if quotas:
+        for t in (single, batched):
+            database.call("application_set_quota", t.application, 10**6, 10**6)
     one = snapshot(database, single, run(client, single, batch=False))
     many = snapshot(database, batched, run(client, batched, batch=True))
     # The scenario reached what it is about (so the comparison is not of two empty runs).

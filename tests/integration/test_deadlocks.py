@@ -13,7 +13,7 @@ import pytest
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
 from tests.engine import Engine
-from tests.procedure_cases import PROCEDURES, cases, setup
+from tests.procedure_cases import PROCEDURES, QUOTA_CASES, cases, setup
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +35,8 @@ def test_deadlock_victim_procedure_is_retried_whole(
 ):
     eng = Engine(database, tenant)
     s = setup(eng, database)
+    if procedure in QUOTA_CASES:
+        database.call("application_set_quota", eng.t.application, 1000, 1000)
     (first_sql, first_key), (second_sql, second_key), args = cases(eng, s)[procedure]
     retried, released = threading.Event(), threading.Event()
 

@@ -12,7 +12,7 @@ import pytest
 
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
-from tests.engine import Engine
+from tests.engine import Engine, queue_counts
 
 U64_MAX = 18446744073709551615
 
@@ -257,10 +257,10 @@ def test_k6_unknown_releases_but_still_counts_toward_the_backlog(eng, database):
     eng.start(session, a["attempt_id"])
     eng.result(session, a["attempt_id"], "unknown")
     assert eng.resource("k6/unknown")["holder_attempt_id"] is None
-    [q] = database.query(
-        "SELECT unfinished_tasks, active_attempts FROM queues WHERE id = %s", (eng.ids[eng.queue],)
-    )
-    assert q == {"unfinished_tasks": 1, "active_attempts": 0}
+    assert queue_counts(database, eng.ids[eng.queue]) == {
+        "unfinished_tasks": 1,
+        "active_attempts": 0,
+    }
 
 
 def test_k6_pause_and_goodbye_release_nothing(eng, database):
@@ -299,9 +299,7 @@ def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, databa
     from orbit_shell.engine import db
 
     eng.submit("kill/k")  # the key row exists
-    before = database.query(
-        "SELECT unfinished_tasks FROM applications WHERE id = %s", (eng.t.application_id,)
-    )
+    before = queue_counts(database, eng.ids[eng.queue])
     shell = Database(orbit_dsn)
     conn = db.connect(orbit_dsn)
     with conn.cursor() as cur:
@@ -370,12 +368,7 @@ def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, databa
     assert database.query(
         "SELECT COUNT(*) AS n FROM idempotency_records WHERE idempotency_key = 'killed-idem'"
     ) == [{"n": 0}]
-    assert (
-        database.query(
-            "SELECT unfinished_tasks FROM applications WHERE id = %s", (eng.t.application_id,)
-        )
-        == before
-    )
+    assert queue_counts(database, eng.ids[eng.queue]) == before
     # The producer retries with the same Idempotency-Key: exactly one task.
     shell.call("task_submit", *args)
     assert database.query(

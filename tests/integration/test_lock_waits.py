@@ -11,7 +11,7 @@ import pytest
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
 from tests.engine import Engine
-from tests.procedure_cases import PROCEDURES, SINGLE_LOCK, cases, setup
+from tests.procedure_cases import PROCEDURES, QUOTA_CASES, SINGLE_LOCK, cases, setup
 
 
 class Blocked:
@@ -36,6 +36,8 @@ class Blocked:
 def test_lock_wait_timeout_is_retried_whole(procedure, database, tenant, orbit_dsn):
     eng = Engine(database, tenant)
     s = setup(eng, database)
+    if procedure in QUOTA_CASES:
+        database.call("application_set_quota", eng.t.application, 1000, 1000)
     (first_sql, first_key), _, args = cases(eng, s)[procedure]
     blocker = Blocked(orbit_dsn, first_sql, (s[first_key],))
     if procedure == "lease_sweep":

@@ -216,14 +216,8 @@ def test_queue_unfinished_quota_edges(client, tenant):
 
 
 def test_application_quota_and_needs_review_counts(client, tenant, orbit_dsn):
-    from orbit_shell.engine import db
 
-    conn = db.connect(orbit_dsn)
-    with conn.cursor() as cur:
-        cur.execute(
-            "UPDATE applications SET max_unfinished = 1 WHERE id = %s", (tenant.application_id,)
-        )
-    conn.close()
+    Database(orbit_dsn).call("application_set_quota", tenant.application, None, 1)
     first = submit(client, tenant, None, 201).json["data"]
     assert submit(client, tenant, None, 429).json["error"]["code"] == "QUOTA_EXCEEDED"
     session = Session(client, tenant)

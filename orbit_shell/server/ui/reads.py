@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from orbit_shell.server import dbmetrics
-from orbit_shell.server.scoped import Scope
+from orbit_shell.server.scoped import QUEUE_COUNTS, Scope
 
 # Per queue of the namespace: the figures /metrics exports, the queue's delayed tasks and its
 # NEEDS_REVIEW tasks (ix_tasks_ns_state).
 QUEUE_FIGURES = (
-    "SELECT q.id, q.public_id, q.name, q.state, q.unfinished_tasks, q.active_attempts, "
+    f"SELECT q.id, q.public_id, q.name, q.state, {QUEUE_COUNTS}, "
     f"q.max_concurrency, q.max_unfinished, {dbmetrics.QUEUE_FIGURES}, "
     f"{dbmetrics.OLDEST_PARKED} AS oldest_parked_at, "
     "(SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id AND t.lane = 'DELAYED') "
