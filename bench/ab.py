@@ -1,6 +1,8 @@
 """A/B of routine variants on one server, in the same minutes (bench/README.md).
 
-The installed routines are A. Each NAME=FILE installs FILE's routine beside it as NAME_b (B).
+The installed routines are A. Each NAME=FILE installs FILE's routine beside it as NAME_b (B);
+for a helper (worker_claim_grant, attempt_result_apply, ...) the calls of the cycle that call it
+get B copies calling NAME_b.
 Rounds of one thread's batch cycle (task_submit_many, worker_claim, attempt_start_many,
 attempt_result_many of --batch tasks) alternate between A and B, each on a queue, a session
 and a connection of its own (a connection keeps the temporary tables it made, so the two
@@ -33,10 +35,26 @@ from orbit_shell.engine.db import Database
 CALLS = ("task_submit_many", "worker_claim", "attempt_start_many", "attempt_result_many")
 
 
+def with_callers(variants: dict[str, Path]) -> dict[str, Path]:
+    """A helper's variant (worker_claim_grant, attempt_result_apply, ...) reaches the cycle
+    through B copies of the calls that call it, each calling the helper's B."""
+    out = dict(variants)
+    for helper in [n for n in variants if n not in CALLS]:
+        for call in CALLS:
+            text = (schema.PROCEDURES_DIR / f"{call}.sql").read_text()
+            if re.search(rf"\bCALL {helper}\(", text) and call not in out:
+                rewritten = Path(f"/tmp/ab-{call}-calls-{helper}_b.sql")
+                rewritten.write_text(re.sub(rf"\bCALL {helper}\(", f"CALL {helper}_b(", text))
+                out[call] = rewritten
+    return out
+
+
 def install_b(dsn: str, variants: dict[str, Path]) -> None:
     conn = db.connect(dsn)
     try:
         with conn.cursor() as cur:
+            # Helpers first: a routine's CREATE does not need its callees, but its B callers
+            # are looked up by their versioned names when they run.
             for name, path in variants.items():
                 # Installed as the routine NAME_b of this tree's version (schema.py), its calls
                 # of the other routines versioned as A's are.
@@ -66,9 +84,10 @@ def main() -> int:
     variants = {}
     for item in args.variants:
         name, _, path = item.partition("=")
-        if name not in CALLS or not path:
-            parser.error(f"{item}: NAME must be one of {', '.join(CALLS)}")
+        if not path or not (schema.PROCEDURES_DIR / f"{name}.sql").exists():
+            parser.error(f"{item}: NAME must be a routine of sql/procedures")
         variants[name] = Path(path)
+    variants = with_callers(variants)
     dsn = os.environ.get("ORBIT_MYSQL_DSN")
     if not dsn:
         server = localdb.PrivateServer(

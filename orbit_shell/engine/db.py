@@ -32,7 +32,12 @@ ER_SIGNAL_EXCEPTION = 1644
 ER_LOCK_DEADLOCK = 1213
 ER_LOCK_WAIT_TIMEOUT = 1205
 ER_SP_DOES_NOT_EXIST = 1305
-RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT}
+# What InnoDB answers when a deadlock or a lock-wait timeout meets a statement while it waits
+# for a table's AUTO-INC lock (a multi-row INSERT ... SELECT takes it under
+# innodb_autoinc_lock_mode 1, MariaDB's default): the transaction is rolled back like any
+# deadlock victim, so it is retried like one.
+ER_AUTOINC_READ_FAILED = 1467
+RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_AUTOINC_READ_FAILED}
 # Client-side codes for "no server" / "connection lost": CR_CONN_HOST_ERROR, CR_SERVER_GONE,
 # CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED (+ ER_CON_COUNT_ERROR, server shutdown in progress).
 CONNECTION_ERRORS = {2003, 2006, 2013, 2055, 1040, 1053, 1927}
