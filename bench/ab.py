@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import measures  # noqa: E402
 import run  # noqa: E402
 
 from devtools import localdb
@@ -44,7 +45,9 @@ def with_callers(variants: dict[str, Path]) -> dict[str, Path]:
             text = (schema.PROCEDURES_DIR / f"{call}.sql").read_text()
             if re.search(rf"\bCALL {helper}\(", text) and call not in out:
                 rewritten = Path(f"/tmp/ab-{call}-calls-{helper}_b.sql")
-                rewritten.write_text(re.sub(rf"\bCALL {helper}\(", f"CALL {helper}_b(", text))
+                # Named as installed: versioned_body versions only the routines it knows.
+                b_name = schema.routine_name(f"{helper}_b")
+                rewritten.write_text(re.sub(rf"\bCALL {helper}\(", f"CALL {b_name}(", text))
                 out[call] = rewritten
     return out
 
@@ -102,7 +105,7 @@ def main() -> int:
         d = Database(dsn, pool_size=1)
         queue, session = bench.batch_queue(d, f"ab-{side}-{secrets.token_hex(3)}", args.batch)
         sides[side] = (d, queue, session)
-    pids = run.mariadbd_pids()
+    pids = measures.mariadbd_pids()
     wall = {s: {c: [] for c in CALLS} for s in "AB"}
     cpu = {s: dict.fromkeys(CALLS, 0.0) for s in "AB"}
 
@@ -113,11 +116,11 @@ def main() -> int:
         d, queue, session = sides[side]
 
         def timed(call: str, *call_args):
-            c0, t0 = run.db_cpu_seconds(pids), time.perf_counter()
+            c0, t0 = measures.db_cpu_seconds(pids), time.perf_counter()
             out = d.call(name(call, side), *call_args)
             if keep:
                 wall[side][call].append(time.perf_counter() - t0)
-                cpu[side][call] += run.db_cpu_seconds(pids) - c0
+                cpu[side][call] += measures.db_cpu_seconds(pids) - c0
             return out
 
         claimed = bench.batch_cycle(timed, queue, session, args.batch)
