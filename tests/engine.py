@@ -18,6 +18,38 @@ def queue_counts(database: Database, queue_id: int) -> dict:
     return {k: int(v) for k, v in row.items()}
 
 
+def submit_args(
+    namespace_id: int,
+    queue_id: int,
+    idempotency_key: str,
+    key: str = "",
+    fingerprint: str = "f" * 64,
+    priority: int = 5,
+    max_attempts: int | None = None,
+    deadline: int | None = None,
+) -> tuple:
+    """task_submit's arguments for a task of the test handler, payload {}."""
+    return (
+        namespace_id,
+        queue_id,
+        idempotency_key,
+        fingerprint,
+        "h",
+        "v1",
+        "v1",
+        "{}",
+        "",
+        key,
+        priority,
+        max_attempts,
+        deadline,
+        "test",
+        None,
+        None,
+        None,
+    )
+
+
 def submit_item(queue: int, concurrency_key: str = "", **fields) -> dict:
     """One item of task_submit_many's JSON array: a new no-op task (``fields`` override)."""
     return {
@@ -97,23 +129,16 @@ class Engine:
     ) -> str:
         [[row]] = self.db.call(
             "task_submit",
-            self.t.namespace_id,
-            self.ids[queue or self.queue],
-            secrets.token_hex(12),
-            secrets.token_hex(32),
-            "h",
-            "v1",
-            "v1",
-            "{}",
-            "",
-            key,
-            priority,
-            max_attempts,
-            deadline,
-            "test",
-            None,
-            None,
-            None,
+            *submit_args(
+                self.t.namespace_id,
+                self.ids[queue or self.queue],
+                secrets.token_hex(12),
+                key,
+                secrets.token_hex(32),
+                priority,
+                max_attempts,
+                deadline,
+            ),
         )
         return row["task_id"]
 

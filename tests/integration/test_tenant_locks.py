@@ -14,7 +14,7 @@ import pytest
 from orbit_shell import errors
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
-from tests.engine import Engine, queue_counts, submit_item
+from tests.engine import Engine, queue_counts, submit_args, submit_item
 
 
 class LockWait(AssertionError):
@@ -324,24 +324,7 @@ def test_k1_concurrent_submissions_of_one_idempotency_key_make_one_task(
         try:
             barrier.wait()
             [[row]] = shell.call(
-                "task_submit",
-                tenant.namespace_id,
-                eng.ids[eng.queue],
-                idem,
-                "f" * 64,
-                "h",
-                "v1",
-                "v1",
-                "{}",
-                "",
-                "ik/1",
-                5,
-                None,
-                None,
-                "t",
-                None,
-                None,
-                None,
+                "task_submit", *submit_args(tenant.namespace_id, eng.ids[eng.queue], idem, "ik/1")
             )
             answers.append((row["task_id"], row["created"]))
         finally:
