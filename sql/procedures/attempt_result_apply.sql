@@ -2,9 +2,10 @@
 -- Helper inside the caller's transaction: no transaction control, no handler. The caller made
 -- the group table (attempt_result_tables) and answers with attempt_result_answers(p_out) after
 -- its commit.
--- Params: as attempt_result_many. Out: the session's internal id and its application's (NULL
---   when the session is unknown: every item is LEASE_LOST), and the per-item outcomes of the
---   items that went one by one, as JSON (the group's are in result_items_mem).
+-- Params: as attempt_result_many, and the session's internal id, resolved by the caller before
+--   its transaction (NULL when the session is unknown: every item is LEASE_LOST). Out: the
+--   application (from the gate), its quotas (namespace_gate's bits), and the per-item outcomes
+--   of the items that went one by one, as JSON (the group's are in result_items_mem).
 --
 -- Two paths with one outcome. The common item, a 'succeeded' or 'failed' result for a RUNNING
 -- attempt of this session whose lease has not expired, named once in the batch (a retryable
@@ -26,7 +27,7 @@
 -- Deadlocks and lock-wait timeouts are not item errors: they roll back the whole batch (outer
 -- handler) and the shell retries it.
 CREATE PROCEDURE attempt_result_apply(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
-                                      IN p_items MEDIUMTEXT, OUT p_session BIGINT UNSIGNED,
+                                      IN p_items MEDIUMTEXT, IN p_session BIGINT UNSIGNED,
                                       OUT p_app BIGINT UNSIGNED, OUT p_limits TINYINT UNSIGNED,
                                       OUT p_out MEDIUMTEXT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -57,10 +58,7 @@ BEGIN
   DECLARE v_next BIGINT UNSIGNED;
   DECLARE v_keys MEDIUMTEXT;
 
-  -- The session is resolved once for the batch (NULL: every item is LEASE_LOST).
-  SELECT id, application_id INTO v_session, v_app FROM worker_sessions
-   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
-
+  SET v_session = p_session;
   IF v_session IS NOT NULL THEN
     CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
     SELECT COUNT(*) INTO v_ignored
@@ -302,5 +300,5 @@ BEGIN
     END IF;
     SET v_i = v_i + 1;
   END WHILE;
-  SET p_session = v_session, p_app = v_app, p_limits = v_limits, p_out = v_out;
+  SET p_app = v_app, p_limits = v_limits, p_out = v_out;
 END

@@ -10,21 +10,24 @@
 -- Result set, one row per item in order: seq, item_error ('CODE: message' or NULL),
 --   attempt_id, task_id, duplicate.
 --
--- The body, its two paths (a group set-based, the rest item by item) and its locks
--- (applications row first) are attempt_result_apply's (shared with worker_report_claim); this
--- procedure is the transaction and its answer. Deadlocks and lock-wait timeouts are not item
+-- The body, its two paths (a group set-based, the rest item by item) and its locks (a gate
+-- of the namespace first) are attempt_result_apply's (shared with worker_report_claim); this
+-- procedure resolves the session, and is the transaction and its answer. Deadlocks and lock-wait timeouts are not item
 -- errors: they roll back the whole batch (outer handler) and the shell retries it.
 CREATE PROCEDURE attempt_result_many(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                      IN p_items MEDIUMTEXT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
-  DECLARE v_session BIGINT UNSIGNED;
+  DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_limits TINYINT UNSIGNED;
   DECLARE v_out MEDIUMTEXT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
+  -- The session, resolved once for the batch (NULL: every item is LEASE_LOST).
+  SELECT id INTO v_session FROM worker_sessions
+   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
   CALL attempt_result_tables();
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;

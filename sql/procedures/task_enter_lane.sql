@@ -1,6 +1,6 @@
 -- task_enter_lane: put a WAITING task into its dispatch lane.
--- Helper inside the caller's transaction; the caller holds the application row and the task
--- row and has set state = 'WAITING' and available_at.
+-- Helper inside the caller's transaction; the caller holds a gate of the namespace and the
+-- task row and has set state = 'WAITING' and available_at.
 --   available_at in the future           -> DELAYED (the due sweep re-enters it later)
 --   unkeyed                              -> READY
 --   keyed, key free, no candidate, queue ACTIVE -> READY and the key's candidate

@@ -1,5 +1,6 @@
 -- task_leave_lane: take a WAITING task out of dispatch (cancel, deadline, claim refusal).
--- Helper inside the caller's transaction; the caller holds the application and task rows.
+-- Helper inside the caller's transaction; the caller holds a gate of the namespace and the
+-- task row (a parked task's key row before it: task_lock_waiting).
 -- When the task was its key's READY candidate, the candidacy passes to the next parked task
 -- so a free key never stays without a candidate while tasks wait for it. A parked task that
 -- leaves a key with neither holder nor candidate goes through the same promotion, which clears

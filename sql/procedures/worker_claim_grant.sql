@@ -273,11 +273,9 @@ BEGIN
          SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
       -- Queue permits are counted where a queue has max_concurrency (its row is locked above).
-      IF v_limited = 0 THEN
-        SET v_ignored = 0;
-      ELSEIF v_queues = 1 THEN  -- by key, without grouping the candidates
+      IF v_limited > 0 AND v_queues = 1 THEN  -- by key, without grouping the candidates
         UPDATE queues SET active_attempts = active_attempts + v_granted WHERE id = v_only_queue;
-      ELSE
+      ELSEIF v_limited > 0 THEN
         UPDATE queues q
           JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem
                  WHERE take = 1 AND FIND_IN_SET(queue_id, v_limited_ids) GROUP BY queue_id) c

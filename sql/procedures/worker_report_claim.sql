@@ -24,7 +24,7 @@ CREATE PROCEDURE worker_report_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_ses
                                      IN p_items MEDIUMTEXT, IN p_max INT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
-  DECLARE v_session BIGINT UNSIGNED;
+  DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_limits TINYINT UNSIGNED;
   DECLARE v_out MEDIUMTEXT;
@@ -32,12 +32,11 @@ BEGIN
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
-  IF p_max > 0 THEN
-    SELECT id INTO v_session FROM worker_sessions
-     WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
-    IF v_session IS NOT NULL THEN
-      CALL session_recover(p_namespace_id, v_session);
-    END IF;
+  -- The session, resolved once for both halves (NULL: every item is LEASE_LOST).
+  SELECT id INTO v_session FROM worker_sessions
+   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
+  IF v_session IS NOT NULL AND p_max > 0 THEN
+    CALL session_recover(p_namespace_id, v_session);
   END IF;
   CALL attempt_result_tables();
   CALL worker_claim_tables();
