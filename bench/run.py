@@ -198,6 +198,18 @@ def run_blocked(bench: Bench, args, parts: set[str], results: dict, began: dict)
             )
 
 
+# The e2e shapes, in the order a run measures them (run_served builds each).
+E2E_SCENARIOS = (
+    "unkeyed",
+    "keys1000",
+    "hot10",
+    "unkeyed@1000",
+    "keys1000@800",
+    "unkeyed-cap16",
+    "unbatched",
+)
+
+
 def run_served(
     bench: Bench,
     dsn: str,
@@ -231,6 +243,7 @@ def run_served(
                     ("unkeyed-cap16", n // 2, 0, b, 16, 0),  # smaller claims
                     ("unbatched", n // 2, 0, 1, c, 0),  # POST /v1/tasks per task
                 ]
+                assert tuple(r[0] for r in runs) == E2E_SCENARIOS
                 results["e2e"] = [
                     e2e(
                         bench,
@@ -316,6 +329,14 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser.add_argument("--large", action="store_true", help="100k and 1M parked, longer runs")
     parser.add_argument(
         "--only", choices=["ceiling", "procedure", "phases", "blocked", "e2e", "peer"], nargs="*"
+    )
+    parser.add_argument(
+        "--scenario",
+        choices=list(E2E_SCENARIOS),
+        nargs="*",
+        help="e2e shapes to run (default: all; the production profile runs "
+        + ", ".join(sorted(PRODUCTION_SCENARIOS))
+        + ")",
     )
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument(
@@ -425,7 +446,9 @@ def run_profile(name: str, args, parser, parts: set[str], seconds: float) -> dic
         # When each part began: the default run should finish in under 10 minutes, and on a
         # slow day one part (Procrastinate's keyed drain) takes a fifth of it.
         began: dict[str, float] = {}
-        scenarios = PRODUCTION_SCENARIOS if name == "production" else None
+        scenarios = set(args.scenario) if args.scenario else None
+        if name == "production":
+            scenarios = (scenarios or set(E2E_SCENARIOS)) & PRODUCTION_SCENARIOS
         run_ceiling(bench, args, parts, seconds, results, began)
         run_procedure(bench, dsn, args, parts, seconds, results, began)
         run_phases(bench, parts, results, began)

@@ -331,7 +331,7 @@ def cases(eng, s):
         "lease_sweep": (task("running_task"), None, (100,)),
         "attempt_renew": (
             attempt("running"),
-            ("SELECT id FROM permits WHERE attempt_id = %s FOR UPDATE", "running_attempt"),
+            ("SELECT attempt_id FROM permits WHERE attempt_id = %s FOR UPDATE", "running_attempt"),
             (ns, s["session"], s["running"]),
         ),
     }

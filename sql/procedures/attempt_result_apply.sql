@@ -75,7 +75,7 @@ BEGIN
              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) j
       STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
       STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = a.queue_id
-      LEFT JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = a.id AND p.kind = 'KEY'
+      LEFT JOIN permits p FORCE INDEX (PRIMARY) ON p.attempt_id = a.id AND p.kind = 'KEY'
       LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = p.scope_id;
     limited_queues: LOOP
       IF NOT COALESCE(v_queue_limits, 0) THEN LEAVE limited_queues; END IF;
@@ -135,7 +135,7 @@ BEGIN
              GROUP BY attempt_id HAVING COUNT(*) = 1) once ON once.attempt_id = j.attempt_id
       STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
       STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = a.queue_id
-      LEFT JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = a.id AND p.kind = 'KEY'
+      LEFT JOIN permits p FORCE INDEX (PRIMARY) ON p.attempt_id = a.id AND p.kind = 'KEY'
       LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = p.scope_id AND r.holder_attempt_id = a.id
      WHERE (j.outcome = 'succeeded'
             OR (j.outcome = 'failed' AND (j.retryable = 0 OR q.retry_backoff_seconds > 0)))
@@ -229,7 +229,7 @@ BEGIN
          SET r.holder_attempt_id = NULL, r.version = r.version + 1, r.updated_at = v_now
        WHERE r.holder_attempt_id = f.attempt_id;
     END IF;
-    DELETE p FROM result_items_mem f STRAIGHT_JOIN permits p FORCE INDEX (uq_permits_attempt) ON p.attempt_id = f.attempt_id;
+    DELETE p FROM result_items_mem f STRAIGHT_JOIN permits p FORCE INDEX (PRIMARY) ON p.attempt_id = f.attempt_id;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
     SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0),

@@ -257,13 +257,17 @@ BEGIN
          SET c.attempt_id = a.id WHERE c.take = 1;
       -- A queue permit for each grant and a key permit for each keyed one, in one statement:
       -- MySQL cannot open one temporary table twice in a query, so the kinds are a derived row
-      -- pair joined to the group.
+      -- pair joined to the group. Inserted in uq_permits_exclusive's order (queue permits'
+      -- NULLs first, then key permits by resource): the uniqueness check of a key whose last
+      -- permit is delete-marked takes a gap lock there, and two claims that each insert in
+      -- index order cannot wait for each other's gaps in a cycle (sql/README.md, "Lock order").
       INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
       SELECT c.attempt_id, k.kind, IF(k.kind = 'KEY', c.resource_id, c.queue_id),
              IF(k.kind = 'KEY', c.resource_id, NULL), c.expires_at, v_now
         FROM claim_candidates_mem c
         STRAIGHT_JOIN (SELECT 'QUEUE' AS kind UNION ALL SELECT 'KEY') k
-       WHERE c.take = 1 AND (k.kind = 'QUEUE' OR c.resource_id > 0);
+       WHERE c.take = 1 AND (k.kind = 'QUEUE' OR c.resource_id > 0)
+       ORDER BY IF(k.kind = 'KEY', c.resource_id, 0), c.attempt_id;
       IF v_keyed > 0 THEN
         UPDATE claim_candidates_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
            SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,

@@ -65,8 +65,10 @@ def test_deadlock_victim_procedure_is_retried_whole(
 
         thread = threading.Thread(target=call)
         thread.start()
-        for _ in range(100):  # wait until the procedure holds its first lock and waits
-            time.sleep(0.02)
+        # Wait until the procedure holds its first lock and waits. InnoDB refreshes
+        # information_schema.innodb_trx only when it was last read over 0.1 s before.
+        for _ in range(20):
+            time.sleep(0.15)
             waiting = database.query(
                 "SELECT COUNT(*) AS n FROM information_schema.innodb_trx "
                 "WHERE trx_mysql_thread_id = %s AND trx_state = "
