@@ -128,13 +128,12 @@ CREATE TABLE `permits` (
   `attempt_id` bigint(20) unsigned NOT NULL COMMENT 'attempts.id holding the permit',
   `kind` enum('QUEUE','KEY') NOT NULL COMMENT 'QUEUE or KEY; the application quota is a counter, counted once per attempt',
   `scope_id` bigint(20) unsigned NOT NULL COMMENT 'queues.id for QUEUE permits, concurrency_resources.id for KEY permits',
-  `exclusive_resource_id` bigint(20) unsigned DEFAULT NULL COMMENT 'concurrency_resources.id for KEY permits, NULL otherwise; unique, so the database itself refuses a second holder',
+  `exclusive_resource_id` bigint(20) unsigned DEFAULT NULL COMMENT 'concurrency_resources.id for KEY permits, NULL otherwise (as scope_id; not indexed: the key row''s holder is the guard)',
   `expires_at` datetime(6) NOT NULL COMMENT 'Follows the attempt lease; extended by renew',
   `created_at` datetime(6) NOT NULL COMMENT 'Grant time, UTC',
   PRIMARY KEY (`attempt_id`,`kind`),
-  UNIQUE KEY `uq_permits_attempt` (`attempt_id`,`kind`),
-  UNIQUE KEY `uq_permits_exclusive` (`exclusive_resource_id`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Permits held by LEASED and RUNNING attempts; no AUTO_INCREMENT, so a claim never waits for a table lock while it holds a key gap';
+  UNIQUE KEY `uq_permits_attempt` (`attempt_id`,`kind`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Permits held by LEASED and RUNNING attempts; keyed by attempt, no AUTO_INCREMENT and no index a claim could wait in';
 
 CREATE TABLE `queues` (
   `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT COMMENT 'Internal id',

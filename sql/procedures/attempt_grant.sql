@@ -11,6 +11,8 @@
 -- epoch's last token (18446744073709551615, unsigned 64-bit max, in the last epoch) the claim
 -- is refused, the task stays WAITING (parked) and its history records TOKEN_SPACE_EXHAUSTED
 -- once. Never wraps.
+-- Errors: INTERNAL when the key row has a holder at the grant's write (the reads before it
+--   rule that out; the write checks again, and the whole claim rolls back).
 -- Locks: tasks row, concurrency_resources row, then inserts attempts and permits rows.
 CREATE PROCEDURE attempt_grant(IN p_task_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
                                IN p_now DATETIME(6), IN p_actor VARCHAR(200),
@@ -96,10 +98,15 @@ BEGIN
         IF v_resource IS NOT NULL THEN
           INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
             VALUES (p_attempt_id, 'KEY', v_resource, v_resource, v_expires, p_now);
+          -- The holder is written only where there is none: the write itself refuses a second
+          -- holder, whatever the reads above concluded.
           UPDATE concurrency_resources
              SET token = v_token, version = version + 1, holder_attempt_id = p_attempt_id,
                  candidate_task_id = NULL, updated_at = p_now
-           WHERE id = v_resource;
+           WHERE id = v_resource AND holder_attempt_id IS NULL;
+          IF ROW_COUNT() <> 1 THEN
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INTERNAL: a held key was about to be granted again';
+          END IF;
         END IF;
         UPDATE tasks SET state = 'LEASED', lane = NULL, attempts_used = v_number,
                          current_attempt_id = p_attempt_id, updated_at = p_now

@@ -23,7 +23,7 @@
 -- has at most one READY candidate, so ix_tasks_claim (queue_id, lane, priority, id) holds only
 -- claimable rows and the LIMIT never meets a blocked one. Two tasks of one key can never both
 -- be READY, and the key row is re-checked under its lock, so one batch never grants a key
--- twice; permits.uq_permits_exclusive would refuse a second KEY permit anyway.
+-- twice; the write of the key's holder refuses a key that has one anyway (INTERNAL).
 --
 -- Fairness (W2): each call takes at most ceil(candidates seen / (1 + idle others)) tasks, where
 -- idle others are the OTHER open sessions sharing one of these queues, seen in the last 5
@@ -257,21 +257,23 @@ BEGIN
          SET c.attempt_id = a.id WHERE c.take = 1;
       -- A queue permit for each grant and a key permit for each keyed one, in one statement:
       -- MySQL cannot open one temporary table twice in a query, so the kinds are a derived row
-      -- pair joined to the group. Inserted in uq_permits_exclusive's order (queue permits'
-      -- NULLs first, then key permits by resource): the uniqueness check of a key whose last
-      -- permit is delete-marked takes a gap lock there, and two claims that each insert in
-      -- index order cannot wait for each other's gaps in a cycle (sql/README.md, "Lock order").
+      -- pair joined to the group.
       INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
       SELECT c.attempt_id, k.kind, IF(k.kind = 'KEY', c.resource_id, c.queue_id),
              IF(k.kind = 'KEY', c.resource_id, NULL), c.expires_at, v_now
         FROM claim_candidates_mem c
         STRAIGHT_JOIN (SELECT 'QUEUE' AS kind UNION ALL SELECT 'KEY') k
-       WHERE c.take = 1 AND (k.kind = 'QUEUE' OR c.resource_id > 0)
-       ORDER BY IF(k.kind = 'KEY', c.resource_id, 0), c.attempt_id;
+       WHERE c.take = 1 AND (k.kind = 'QUEUE' OR c.resource_id > 0);
       IF v_keyed > 0 THEN
+        -- The holder is written only where there is none: the write itself refuses a second
+        -- holder, whatever the reads above concluded (sql/README.md, "Keyed concurrency").
         UPDATE claim_candidates_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
            SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,
-               r.candidate_task_id = NULL, r.updated_at = v_now;
+               r.candidate_task_id = NULL, r.updated_at = v_now
+         WHERE r.holder_attempt_id IS NULL;
+        IF ROW_COUNT() <> v_keyed THEN
+          SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INTERNAL: a held key was about to be granted again';
+        END IF;
       END IF;
       UPDATE claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
          SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,

@@ -29,6 +29,7 @@ BEGIN
   DECLARE v_limits TINYINT UNSIGNED;
   DECLARE v_out MEDIUMTEXT;
   DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_error VARCHAR(512);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
@@ -45,11 +46,16 @@ BEGIN
   CALL attempt_result_apply(p_namespace_id, p_session_public_id, p_items, v_session, v_app, v_limits, v_out);
   IF v_session IS NOT NULL AND p_max > 0 THEN
     -- A closed session signals STATE_CONFLICT in the grant before it writes anything; the
-    -- savepoint keeps that from undoing the results all the same.
+    -- savepoint keeps that from undoing the results all the same. Any other error of the
+    -- grant (INTERNAL) rolls the whole call back, as it would a claim alone.
     SAVEPOINT claim_half;
     claim_half: BEGIN
       DECLARE EXIT HANDLER FOR SQLSTATE '45000'
       BEGIN
+        GET DIAGNOSTICS CONDITION 1 v_error = MESSAGE_TEXT;
+        IF v_error NOT LIKE 'STATE\_CONFLICT:%' THEN
+          RESIGNAL;
+        END IF;
         ROLLBACK TO SAVEPOINT claim_half;
         SET v_first_attempt = NULL;
       END;
