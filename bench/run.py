@@ -25,6 +25,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import floor  # noqa: E402
+import http_floor  # noqa: E402
 import slowdisk  # noqa: E402
 import targets  # noqa: E402
 from e2e import e2e, start_server  # noqa: E402
@@ -45,6 +47,7 @@ from peer import peer  # noqa: E402
 
 from devtools import localdb  # noqa: E402
 from orbit_shell.engine import schema  # noqa: E402
+from orbit_shell.sdk.client import Client  # noqa: E402
 
 
 def run_ceiling(
@@ -198,6 +201,24 @@ def run_blocked(bench: Bench, args, parts: set[str], results: dict, began: dict)
             )
 
 
+def submit_floor(bench: Bench, dsn: str, url: str, tasks: int) -> dict:
+    """Single submissions with no worker running, from the same producers: to Orbit (a fresh
+    queue), then to the HTTP floor (bench/http_floor.py) on the same database server."""
+    client = Client(url, bench.token)
+    queue = client.create_queue(f"only-{secrets.token_hex(3)}").queue_id
+    client.close()
+    orbit = http_floor.submit_only(url, bench.token, queue, tasks, 8, run_threads)
+    scratch = floor.install(dsn)
+    proc, floor_url = http_floor.start(dsn, scratch, workers=4)
+    try:
+        low = http_floor.submit_only(floor_url, bench.token, queue, tasks, 8, run_threads)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        bench.db.query(f"DROP DATABASE `{scratch}`")
+    return {"orbit": orbit, "floor": low, "orbit_vs_floor": orbit["per_s"] / low["per_s"]}
+
+
 # The e2e shapes, in the order a run measures them (run_served builds each).
 E2E_SCENARIOS = (
     "unkeyed",
@@ -260,6 +281,8 @@ def run_served(
                     for name, count, keys, batch, capacity, rate in runs
                     if scenarios is None or name in scenarios
                 ]
+                if scenarios is None or "unbatched" in scenarios:
+                    results["submit_only"] = submit_floor(bench, dsn, url, n // 4)
                 children = subprocess.run(
                     ["pgrep", "-P", str(proc_server.pid)], capture_output=True, text=True
                 ).stdout.split()
@@ -292,6 +315,22 @@ def run_served(
                 + f"CPU {r['sdk_worker_cpu_ms_per_task']:.2f} ms/task; "
                 + locks_text(r)
                 + f" ({r['row_lock_wait_ms']} ms)",
+                flush=True,
+            )
+        if "submit_only" in results:
+            only = results["submit_only"]
+            print(
+                "single submissions, no worker running (8 producers): "
+                + "; ".join(
+                    f"{label} {r['per_s']:.0f}/s, CPU {r['cpu_ms_per_task']:.2f} ms a task "
+                    f"({r['cpu_busy_pct']:.0f}% busy; mariadbd "
+                    f"{r['mariadbd_cpu_ms_per_task']:.2f} ms)"
+                    for label, r in (
+                        ("Orbit", only["orbit"]),
+                        ("the HTTP floor (bench/http_floor.py, not Orbit)", only["floor"]),
+                    )
+                )
+                + f"; Orbit {only['orbit_vs_floor']:.2f}x of the floor",
                 flush=True,
             )
         if "e2e" in results:

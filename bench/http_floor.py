@@ -1,0 +1,143 @@
+"""The floor under the unbatched e2e target: one ``POST /v1/tasks`` per task, served the way
+``orbit`` serves it, doing the least a durable submission can.
+
+Not Orbit. ``serve`` runs gunicorn with ``orbit``'s own settings and worker class (gevent, the
+same number of workers) in front of a Falcon app whose ``POST /v1/tasks`` reads the JSON body,
+calls the floor's ``submit`` (``bench/floor.py``: a task row and a history row in one
+transaction) through the same :meth:`Database.call`, and answers 201 with a task in the
+envelope. No credential, idempotency record, key, quota or input check: what SPEC asks beyond
+those two rows is left out. ``submit_only`` sends the same requests from the same producers
+(the SDK client's ``submit_task``, 8 threads) to a server and times them, with no worker
+running; run against Orbit and against this floor in one invocation, the ratio says what
+Orbit's submission costs beyond the least, and the floor's own rate bounds what any design of
+this shape submits one request at a time on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from measures import cpu_sample  # noqa: E402
+
+from devtools import localdb  # noqa: E402
+from orbit_shell.cli.server import OrbitServer  # noqa: E402
+from orbit_shell.sdk.client import Client  # noqa: E402
+from orbit_shell.sdk.models import SubmitTaskRequest  # noqa: E402
+from orbit_shell.server.config import Config  # noqa: E402
+
+
+class FloorSubmit:
+    """``POST /v1/tasks``: one floor submission per request."""
+
+    def __init__(self, database, routine: str) -> None:
+        self.db, self.routine = database, routine
+
+    def on_post(self, req, resp) -> None:
+        import falcon
+
+        body = req.get_media()
+        self.db.call(self.routine, 1)
+        resp.status = falcon.HTTP_201
+        resp.media = {
+            "data": {
+                "task_id": secrets.token_hex(16),
+                "queue_id": body["queue_id"],
+                "state": "WAITING",
+                "handler": body["handler"],
+                "handler_version": body["handler_version"],
+                "priority": body.get("priority", 5),
+            },
+            "request_id": secrets.token_hex(16),
+        }
+
+
+class FloorServer(OrbitServer):
+    """``orbit``'s gunicorn settings and worker class, serving the floor app."""
+
+    def load(self):
+        import falcon
+
+        from orbit_shell.engine.db import Database
+
+        app = falcon.App()
+        floor = os.environ["FLOOR_DATABASE"]
+        app.add_route("/v1/tasks", FloorSubmit(Database(self.config.dsn), f"{floor}.submit"))
+        app.add_route("/readyz", Ready())
+        return app
+
+
+class Ready:
+    def on_get(self, req, resp) -> None:
+        resp.media = {"data": {"ready": True}}
+
+
+def start(dsn: str, floor_database: str, workers: int) -> tuple[subprocess.Popen, str]:
+    """Run ``python bench/http_floor.py`` (the floor server) on a free port; its URL."""
+    port = localdb.free_port()
+    env = dict(
+        os.environ,
+        ORBIT_MYSQL_DSN=dsn,
+        ORBIT_HTTP_ADDR=f"127.0.0.1:{port}",
+        ORBIT_HTTP_WORKERS=str(workers),
+        ORBIT_SWEEP_INTERVAL="0",
+        ORBIT_SCHEDULE_INTERVAL="0",
+        FLOOR_DATABASE=floor_database,
+    )
+    log = open(ROOT / ".scratch" / "bench-floor-server.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, __file__], env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(150):
+        try:
+            urllib.request.urlopen(url + "/readyz", timeout=1)
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the floor server did not start; see .scratch/bench-floor-server.log")
+
+
+def submit_only(
+    url: str, token: str, queue_id: str, tasks: int, producers: int, run_threads
+) -> dict[str, float]:
+    """``tasks`` single submissions from ``producers`` threads, no worker running: tasks/s, and
+    the machine's CPU per task (every process: server, database and producers), and the
+    database's."""
+
+    def produce(i: int) -> None:
+        c = Client(url, token)
+        for n in range(i, tasks, producers):
+            request = SubmitTaskRequest(
+                queue_id=queue_id,
+                handler="noop",
+                handler_version="v1",
+                payload_version="v1",
+                payload={"n": n},
+            )
+            c.submit_task(f"only-{queue_id}-{n}", request)
+        c.close()
+
+    before = cpu_sample()
+    began = time.monotonic()
+    run_threads(produce, producers)
+    seconds = time.monotonic() - began
+    after = cpu_sample()
+    return {
+        "per_s": tasks / seconds,
+        "cpu_ms_per_task": (after[0] - before[0]) * 1000 / tasks,
+        "mariadbd_cpu_ms_per_task": (after[2] - before[2]) * 1000 / tasks,
+        "cpu_busy_pct": 100 * (after[0] - before[0]) / (after[1] - before[1]),
+    }
+
+
+if __name__ == "__main__":
+    FloorServer(Config.from_env()).run()
