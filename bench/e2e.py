@@ -27,7 +27,16 @@ from orbit_shell.sdk.models import SubmitTaskRequest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start_server(dsn: str, workers: int):
+def start_server(
+    dsn: str,
+    workers: int,
+    command: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    name: str = "bench-server",
+):
+    """``orbit`` (or ``command``, a server configured the same way) on a free port, with
+    ``env`` added; returns the process and its URL once ``/readyz`` answers. Its output goes
+    to ``.scratch/<name>.log``."""
     port = localdb.free_port()
     env = dict(
         os.environ,
@@ -38,11 +47,11 @@ def start_server(dsn: str, workers: int):
         # submission got cheaper, the peer part's queueing ran into it (429) and its producers
         # died. Off for the bench server.
         ORBIT_SUBMIT_RATE="0",
+        **(env or {}),
     )
-    log = open(ROOT / ".scratch" / "bench-server.log", "w")  # noqa: SIM115 - lives with the server
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("orbit"))], env=env, stdout=log, stderr=log
-    )
+    log = open(ROOT / ".scratch" / f"{name}.log", "w")  # noqa: SIM115 - lives with the server
+    command = command or [str(Path(sys.executable).with_name("orbit"))]
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     for _ in range(150):
         try:
@@ -53,7 +62,7 @@ def start_server(dsn: str, workers: int):
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise RuntimeError("orbit did not start; see .scratch/bench-server.log")
+    raise RuntimeError(f"{command[-1]} did not start; see .scratch/{name}.log")
 
 
 def key_handoffs_ms(bench: Bench, queue: int) -> list[float]:

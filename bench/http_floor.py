@@ -20,16 +20,15 @@ import secrets
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from e2e import start_server  # noqa: E402
 from measures import cpu_sample  # noqa: E402
 
-from devtools import localdb  # noqa: E402
 from orbit_shell.cli.server import OrbitServer  # noqa: E402
 from orbit_shell.sdk.client import Client  # noqa: E402
 from orbit_shell.sdk.models import SubmitTaskRequest  # noqa: E402
@@ -83,27 +82,17 @@ class Ready:
 
 def start(dsn: str, floor_database: str, workers: int) -> tuple[subprocess.Popen, str]:
     """Run ``python bench/http_floor.py`` (the floor server) on a free port; its URL."""
-    port = localdb.free_port()
-    env = dict(
-        os.environ,
-        ORBIT_MYSQL_DSN=dsn,
-        ORBIT_HTTP_ADDR=f"127.0.0.1:{port}",
-        ORBIT_HTTP_WORKERS=str(workers),
-        ORBIT_SWEEP_INTERVAL="0",
-        ORBIT_SCHEDULE_INTERVAL="0",
-        FLOOR_DATABASE=floor_database,
+    return start_server(
+        dsn,
+        workers,
+        command=[sys.executable, __file__],
+        env={
+            "ORBIT_SWEEP_INTERVAL": "0",
+            "ORBIT_SCHEDULE_INTERVAL": "0",
+            "FLOOR_DATABASE": floor_database,
+        },
+        name="bench-floor-server",
     )
-    log = open(ROOT / ".scratch" / "bench-floor-server.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, __file__], env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(150):
-        try:
-            urllib.request.urlopen(url + "/readyz", timeout=1)
-            return proc, url
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("the floor server did not start; see .scratch/bench-floor-server.log")
 
 
 def submit_only(

@@ -34,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from devtools import localdb
+from orbit_shell import errors
 from orbit_shell.cli.promote import promote
 from orbit_shell.engine import db
 from orbit_shell.sdk.client import Client
@@ -179,7 +180,13 @@ class Run:
         deadline = time.monotonic() + timeout
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
-            states = self.final_states(acked)
+            try:
+                states = self.final_states(acked)
+            except errors.Unavailable:
+                # No server takes writes this instant (H3: a client is answered 503 and
+                # retries); a primary that never comes back leaves every task unread: lost.
+                time.sleep(0.5)
+                continue
             if all(s in SETTLED for s in states.values()) and len(states) == len(acked):
                 break
             time.sleep(0.5)

@@ -56,9 +56,14 @@ def test_a_submission_is_one_database_round_trip_and_revocation_holds(
     """POST /v1/tasks authenticates in the call that submits (task_submit_as): one statement
     from the server per submission, and a credential revoked before it is refused at once."""
     submit(client, tenant, None, 201)  # a warm connection
-    before = _questions(database)
-    submit(client, tenant, None, 201)
-    assert _questions(database) - before == 2  # the CALL, and the status read itself
+    # The counter is the server's: another client's statement can only add to it, so the
+    # least of three tries is what one submission sends.
+    sent = []
+    for _ in range(3):
+        before = _questions(database)
+        submit(client, tenant, None, 201)
+        sent.append(_questions(database) - before)
+    assert min(sent) == 2, sent  # the CALL, and the status read itself
     database.call("credential_revoke", tenant.token.split("_")[1])
     refused = submit(client, tenant, None, 401)
     assert refused.json["error"]["code"] == "UNAUTHENTICATED"
