@@ -13,10 +13,11 @@ PARKED_COUNT_MAX = 10_000  # the server counts a key's parked tasks up to this m
 T = TypeVar("T")
 
 
-def iso(value: dt.datetime | None) -> str | None:
-    """UTC DATETIME(6) as RFC 3339 with microseconds and a Z."""
-    if value is None:
-        return None
+def iso(value: dt.datetime | str | None) -> str | None:
+    """UTC DATETIME(6) as RFC 3339 with microseconds and a Z. A string is a time the database
+    formatted so already (task_submit's JSON answer) and is passed through."""
+    if value is None or isinstance(value, str):
+        return value
     return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

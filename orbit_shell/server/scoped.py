@@ -16,7 +16,8 @@ from orbit_shell.engine.db import Database
 from orbit_shell.engine.serialize import PARKED_COUNT_MAX
 from orbit_shell.server.auth import Principal
 
-# task_submit's answer repeats these columns (POST /v1/tasks answers from it); keep both alike.
+# task_submit's answer repeats these columns as one JSON object (POST /v1/tasks answers from
+# it); keep both alike.
 TASK_COLUMNS = (
     "t.id, t.public_id, q.public_id AS queue_public_id, t.queue_id, t.state, t.handler, "
     "t.handler_version, t.payload_version, t.payload, t.business_key, t.concurrency_key, "

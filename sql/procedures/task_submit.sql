@@ -2,9 +2,13 @@
 -- Params: namespace, queue (internal id, already scope-checked by the shell), Idempotency-Key,
 --   fingerprint (SHA-256 of the normalised request), task fields, deadline in seconds (NULL =
 --   none), actor, and the schedule origin (NULLs for API submissions).
--- Result set: {task_id (public), created (1 first acceptance, 0 replay)}, then the task's
---   detail: the columns of orbit_shell.server.scoped.TASK_COLUMNS, so POST /v1/tasks answers without
---   reading the task again (that read was 18% of the request in-process).
+-- Result set: {task_id (public), created (1 first acceptance, 0 replay), task}: task is the
+--   task's detail as one JSON object whose keys are the columns of
+--   orbit_shell.server.scoped.TASK_COLUMNS that the detail shows, times already formatted as
+--   the API writes them (RFC 3339, microseconds, Z), and payload, result and error as the
+--   stored JSON text. POST /v1/tasks answers from it without reading the task again (that read
+--   was 18% of the request in-process), and one column instead of 26 spares the client a
+--   field descriptor to parse for each (0.32 against 0.15 ms of client CPU an answer).
 -- Errors: NOT_FOUND (queue not in namespace), IDEMPOTENCY_CONFLICT (same key, other content),
 --   QUOTA_EXCEEDED (application or queue unfinished quota).
 -- Locks: a gate of the namespace (namespace_gate), then those of task_submit_one.
@@ -44,11 +48,20 @@ BEGIN
                        v_task, v_created);
   COMMIT;
   SELECT t.public_id AS task_id, v_created AS created,
-         t.id, t.public_id, q.public_id AS queue_public_id, t.queue_id, t.state, t.handler,
-         t.handler_version, t.payload_version, t.payload, t.business_key, t.concurrency_key,
-         t.priority, t.max_attempts, t.attempts_used, t.available_at, t.deadline_at, t.created_at,
-         t.updated_at, t.finished_at, t.result, t.error, t.schedule_version, t.fire_time,
-         s.public_id AS schedule_public_id
+         JSON_OBJECT('public_id', t.public_id, 'queue_public_id', q.public_id, 'state', t.state,
+                     'handler', t.handler, 'handler_version', t.handler_version,
+                     'payload_version', t.payload_version, 'payload', t.payload,
+                     'business_key', t.business_key, 'concurrency_key', t.concurrency_key,
+                     'priority', t.priority, 'max_attempts', t.max_attempts,
+                     'attempts_used', t.attempts_used,
+                     'available_at', DATE_FORMAT(t.available_at, '%Y-%m-%dT%H:%i:%s.%fZ'),
+                     'deadline_at', DATE_FORMAT(t.deadline_at, '%Y-%m-%dT%H:%i:%s.%fZ'),
+                     'created_at', DATE_FORMAT(t.created_at, '%Y-%m-%dT%H:%i:%s.%fZ'),
+                     'updated_at', DATE_FORMAT(t.updated_at, '%Y-%m-%dT%H:%i:%s.%fZ'),
+                     'finished_at', DATE_FORMAT(t.finished_at, '%Y-%m-%dT%H:%i:%s.%fZ'),
+                     'result', t.result, 'error', t.error,
+                     'schedule_public_id', s.public_id, 'schedule_version', t.schedule_version,
+                     'fire_time', DATE_FORMAT(t.fire_time, '%Y-%m-%dT%H:%i:%s.%fZ')) AS task
     FROM tasks t JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id
    WHERE t.id = v_task;
 END

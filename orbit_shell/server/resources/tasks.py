@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import falcon
 
 from orbit_shell import errors, validation
@@ -90,7 +92,8 @@ class Tasks:
         )
         self.guard.spend(credential)
         status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
-        ok(req, resp, serialize.task_detail(row), status)  # task_submit answers the detail
+        # task_submit answers the detail, as one JSON object (sql/procedures/task_submit.sql).
+        ok(req, resp, serialize.task_detail(json.loads(row["task"])), status)
 
     def on_post_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Submit up to 100 tasks in one transaction, each as POST /v1/tasks would (own
