@@ -1,16 +1,16 @@
 """The floor under the unbatched e2e target: one ``POST /v1/tasks`` per task, served the way
 ``orbit`` serves it, doing the least a durable submission can.
 
-Not Orbit. ``serve`` runs gunicorn with ``orbit``'s own settings and worker class (gevent, the
-same number of workers) in front of a Falcon app whose ``POST /v1/tasks`` reads the JSON body,
-calls the floor's ``submit`` (``bench/floor.py``: a task row and a history row in one
-transaction) through the same :meth:`Database.call`, and answers 201 with a task in the
-envelope. No credential, idempotency record, key, quota or input check: what SPEC asks beyond
-those two rows is left out. ``submit_only`` sends the same requests from the same producers
-(the SDK client's ``submit_task``, 8 threads) to a server and times them, with no worker
-running; run against Orbit and against this floor in one invocation, the ratio says what
-Orbit's submission costs beyond the least, and the floor's own rate bounds what any design of
-this shape submits one request at a time on this machine.
+Not Orbit. Run as a program (``start`` does), it serves gunicorn with ``orbit``'s own settings
+and worker class (gevent, the same number of workers) in front of a Falcon app whose ``POST
+/v1/tasks`` reads the JSON body, calls the floor's ``submit`` (``bench/floor.py``: a task row
+and a history row in one transaction) through the same :meth:`Database.call`, and answers 201
+with a task in the envelope. No credential, idempotency record, key, quota or input check: what
+SPEC asks beyond those two rows is left out. ``submit_only`` sends the same requests from the
+same producers (the SDK client's ``submit_task``, 8 threads) to a server and times them, with
+no worker running; run against Orbit and against this floor in one invocation, the ratio says
+what Orbit's submission costs beyond the least, and the floor's own rate bounds what any design
+of this shape submits one request at a time on this machine.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import falcon  # noqa: E402
 from e2e import start_server  # noqa: E402
 from measures import cpu_sample  # noqa: E402
 
@@ -42,8 +43,6 @@ class FloorSubmit:
         self.db, self.routine = database, routine
 
     def on_post(self, req, resp) -> None:
-        import falcon
-
         body = req.get_media()
         self.db.call(self.routine, 1)
         resp.status = falcon.HTTP_201
@@ -64,8 +63,6 @@ class FloorServer(OrbitServer):
     """``orbit``'s gunicorn settings and worker class, serving the floor app."""
 
     def load(self):
-        import falcon
-
         from orbit_shell.engine.db import Database
 
         app = falcon.App()
