@@ -12,8 +12,8 @@ from orbit_shell.sdk.models import UnavailableError
 def test_a_netrc_entry_for_the_host_does_not_replace_the_bearer_token(
     orbit_server, tenant, tmp_path, monkeypatch
 ):
-    # requests applies ~/.netrc credentials as Basic auth when a session has no auth of its
-    # own, which would replace the token's header and every call would be 401.
+    # HTTP libraries that read ~/.netrc (requests does) apply its credentials as Basic auth
+    # and replace the token's header: every call would be 401.
     (tmp_path / ".netrc").write_text("machine 127.0.0.1 login someone password secret\n")
     (tmp_path / ".netrc").chmod(0o600)
     monkeypatch.setenv("HOME", str(tmp_path))
