@@ -297,6 +297,45 @@ class Bench:
         return {"batch": batch, "keys": keys, "wall_ms_per_10": wall * per10,
                 "db_cpu_ms_per_10": cpu * per10}  # fmt: skip
 
+    def key_turns(self, turns: int, keys: int) -> dict:
+        """One thread, the database's side of the hot-keys run: a session holds one running
+        task of each of ``keys`` keys, each key with a backlog; a turn reports them all and
+        claims in the same call (worker_report_claim: each result frees its key and promotes
+        the key's next task, which the claim takes), then starts what it claimed
+        (attempt_start_many), as the SDK worker does. Wall time and mariadbd CPU per turn and
+        per task: at one key a turn, what a key's handoff costs the database on its own."""
+        d = Database(self.dsn, pool_size=1)
+        queue, sid = self.batch_queue(d, f"turns-{secrets.token_hex(3)}", keys)
+        prefix = secrets.token_hex(4)
+        names = (f"{prefix}-{n % keys}" for n in itertools.count())
+        backlog = keys * (turns + 6)
+        for done in range(0, backlog, 100):
+            items = self.batch_items(queue, min(100, backlog - done), names)
+            d.call("task_submit_many", self.ns, "bench", items)
+        [rows] = d.call("worker_claim", self.ns, sid, keys)
+        held = [r["attempt_id"] for r in rows]
+        d.call("attempt_start_many", self.ns, sid, json.dumps(held), 1)
+        wall = cpu = 0.0
+        pids = mariadbd_pids()
+        for n in range(turns + 5):  # the first five warm the caches and are not counted
+            c0, t0 = db_cpu_seconds(pids), time.perf_counter()
+            results = self.batch_results(held)
+            _, rows = d.call("worker_report_claim", self.ns, sid, results, keys)[:2]
+            held = [r["attempt_id"] for r in rows]
+            d.call("attempt_start_many", self.ns, sid, json.dumps(held), 1)
+            if n >= 5:
+                wall += time.perf_counter() - t0
+                cpu += db_cpu_seconds(pids) - c0
+            if len(held) != keys:
+                raise RuntimeError(f"a turn claimed {len(held)} of {keys} keys' next tasks")
+        d.close()
+        return {
+            "keys": keys,
+            "wall_ms_per_turn": 1000 * wall / turns,
+            "db_cpu_ms_per_turn": 1000 * cpu / turns,
+            "db_cpu_ms_per_task": 1000 * cpu / (turns * keys),
+        }
+
     def batch_cycle(self, call, queue: int, sid: str, batch: int) -> list[str]:
         """One round of the batch cycle through ``call(procedure, *args)``: submit ``batch``
         no-op tasks, claim up to ``batch``, start and report what was claimed (nothing when

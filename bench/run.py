@@ -7,7 +7,8 @@ Parts:
              (bench/floor.py): the ceiling's UPDATE as a procedure, and the cheapest cycle
              that writes task, attempt and history rows, against the same ceiling
   phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
-             none, each task its own, or 1,000 shared behind a backlog)
+             none, each task its own, or 1,000 shared behind a backlog); key turns of 1, 5
+             and 10 keys (report-and-claim, then start: the hot-keys run's calls)
   blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks;
              an unkeyed session's claim and probe with 0 / 10k (/ 100k) READY keyed tasks;
              the sweeper's rows read per lease after 1,000 leases lapse at once behind 0 / 10k
@@ -142,6 +143,15 @@ def run_phases(bench: Bench, parts: set[str], results: dict, began: dict) -> Non
                     for k in ph["wall_ms_per_10"]
                 )
                 + f"; db CPU in all {sum(ph['db_cpu_ms_per_10'].values()):.1f} ms",
+                flush=True,
+            )
+        results["phases_key_turns"] = [bench.key_turns(100, keys) for keys in (1, 5, 10)]
+        for kt in results["phases_key_turns"]:
+            print(
+                f"phases, key turns of {kt['keys']} (report-and-claim, then start; each result "
+                f"promotes its key's next task): {kt['wall_ms_per_turn']:.1f} ms a turn, "
+                f"{kt['db_cpu_ms_per_turn']:.1f} ms db CPU ({kt['db_cpu_ms_per_task']:.2f} ms "
+                "a task)",
                 flush=True,
             )
         results["phases_submit_repeated_keys"] = rep = bench.submit_repeated_keys(20)
