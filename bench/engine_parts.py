@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import floor
 from measures import (
     counted_call,
     db_cpu_seconds,
@@ -101,11 +102,13 @@ class Bench:
         )
         return session["session_id"]
 
-    def submit(self, d: Database, idempotency_key: str, key: str = "") -> None:
+    def submit(
+        self, d: Database, idempotency_key: str, key: str = "", queue: int | None = None
+    ) -> None:
         d.call(
             "task_submit",
             self.ns,
-            self.queue,
+            queue or self.queue,
             idempotency_key,
             "0" * 64,
             "noop",
@@ -184,6 +187,31 @@ class Bench:
             "commits_per_task": sum(calls) / max(tasks, 1),
             **lock_delta(locks, lock_counters(self.db)),
         }
+
+    def call_costs(self) -> dict[str, float]:
+        """mariadbd's CPU per single call of the cycle (``floor.call_costs``): task_submit,
+        worker_claim of one, attempt_start, attempt_result, on a queue and session of their
+        own, so the floor's calls can be set beside them step by step."""
+        d = Database(self.dsn, pool_size=1)
+        queue, sid = self.batch_queue(d, f"calls-{secrets.token_hex(3)}", 1000)
+        attempts: list[str] = []
+
+        def claim(n: int) -> None:
+            [[row]] = d.call("worker_claim", self.ns, sid, 1)
+            attempts.append(row["attempt_id"])
+
+        out = floor.call_costs(
+            {
+                "submit": lambda n: self.submit(d, secrets.token_hex(12), queue=queue),
+                "claim": claim,
+                "start": lambda n: d.call("attempt_start", self.ns, sid, attempts[n]),
+                "result": lambda n: d.call(
+                    "attempt_result", self.ns, sid, attempts[n], "succeeded", 0, None, None
+                ),
+            }
+        )
+        d.close()
+        return out
 
     def batch_queue(self, d: Database, name: str, capacity: int) -> tuple[int, str]:
         """A queue of its own and a keyed session of ``capacity`` on it: (queue id, session)."""

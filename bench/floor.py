@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import pymysql
+from measures import db_cpu_seconds, mariadbd_pids
 
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
@@ -135,10 +136,45 @@ def run(dsn: str, threads: int, seconds: float, run_threads) -> dict[str, Any]:
 
     calls = timed(touch)
     tasks = timed(cycle)
+    d = Database(dsn, pool_size=1)
+    attempts: list[dict] = []
+    call_cpu = call_costs(
+        {
+            "submit": lambda n: d.call(f"{floor}.submit", threads),
+            "claim": lambda n: attempts.append(d.call(f"{floor}.claim", threads)[0][0]),
+            "start": lambda n: d.call(
+                f"{floor}.advance", attempts[n]["attempt_id"], attempts[n]["task_id"], "RUNNING"
+            ),
+            "result": lambda n: d.call(
+                f"{floor}.advance", attempts[n]["attempt_id"], attempts[n]["task_id"], "SUCCEEDED"
+            ),
+        }
+    )
+    d.close()
     conn = db.connect(dsn)
     try:
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE `{floor}`")
     finally:
         conn.close()
-    return {"touch_calls_per_s": calls, "tasks_per_s": tasks, "commits_per_task": 4.0}
+    return {
+        "touch_calls_per_s": calls,
+        "tasks_per_s": tasks,
+        "commits_per_task": 4.0,
+        "db_cpu_ms_per_call": call_cpu,
+    }
+
+
+def call_costs(calls: dict[str, Any], count: int = 500) -> dict[str, float]:
+    """mariadbd's CPU per call of each step of a cycle, from one thread on an otherwise idle
+    server: ``count`` submissions, then as many claims of one, starts and results, each
+    step timed as a whole (the kernel counts CPU in 10 ms ticks, too coarse for one call).
+    ``calls`` maps each step to a function of the item's number, in cycle order."""
+    pids = mariadbd_pids()
+    out = {}
+    for step, call in calls.items():
+        c0 = db_cpu_seconds(pids)
+        for n in range(count):
+            call(n)
+        out[step] = 1000 * (db_cpu_seconds(pids) - c0) / count
+    return out

@@ -122,6 +122,15 @@ def run_procedure(
                 f"{low['orbit_vs_floor']:.2f}x of it)",
                 flush=True,
             )
+            results["procedure_call_cpu_ms"] = mine = bench.call_costs()
+            theirs = low["db_cpu_ms_per_call"]
+            print(
+                "procedure, one thread, mariadbd CPU per call, Orbit / the floor: "
+                + ", ".join(f"{k} {mine[k]:.2f} / {theirs[k]:.2f} ms" for k in mine)
+                + f"; a cycle {sum(mine.values()):.2f} / {sum(theirs.values()):.2f} ms "
+                f"({sum(theirs.values()) / sum(mine.values()):.2f}x)",
+                flush=True,
+            )
 
 
 def run_phases(bench: Bench, parts: set[str], results: dict, began: dict) -> None:
