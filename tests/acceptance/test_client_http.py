@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from devtools.localdb import free_port
 from orbit_shell.sdk.client import Client
-from orbit_shell.sdk.models import UnavailableError
+from orbit_shell.sdk.models import SubmitTaskRequest, UnavailableError
 
 
 def test_a_netrc_entry_for_the_host_does_not_replace_the_bearer_token(
@@ -39,3 +41,34 @@ def test_proxy_variables_are_honoured_as_read_when_the_client_is_made(
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     direct = Client(orbit_server, tenant.token)
     assert isinstance(direct.list_queues(), list)
+
+
+def test_one_client_shared_by_threads_keeps_each_answer_with_its_request(orbit_server, tenant):
+    # W6: the client is shared by a worker's threads and by submitters'. Each of 8 threads
+    # submits its own tasks through one Client with a pool smaller than the thread count;
+    # every answer must be its own request's task (an answer read from another thread's
+    # connection would carry another payload), and a replay returns the same task.
+    client = Client(orbit_server, tenant.token, pool_size=3)
+    errors: list[BaseException] = []
+    seen: dict[str, str] = {}
+
+    def submit(thread: int) -> None:
+        try:
+            for n in range(25):
+                key = f"shared-{thread}-{n}"
+                request = SubmitTaskRequest(tenant.queue_id, "h", "v1", "v1", {"key": key})
+                made = client.submit_task(key, request)
+                assert made.created and made.task.payload == {"key": key}
+                again = client.submit_task(key, request)
+                assert not again.created and again.task.task_id == made.task.task_id
+                seen[key] = made.task.task_id
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert len(seen) == 200 and len(set(seen.values())) == 200
