@@ -21,9 +21,9 @@
 --
 -- Locks, in order: a gate of the namespace and, where the application has quotas, its row
 -- (namespace_gate), the items' attempts rows (item order), the queues rows of those that have
--- a limit (id order), the worker_sessions row, every key row the items hold (keys_lock, key
--- order), then the group's tasks rows, its promoted tasks, and per remaining item those of
--- attempt_result_one (rows it holds already, and its own task and queue).
+-- a limit (queues_lock: id order), the worker_sessions row, every key row the items hold
+-- (keys_lock, key order), then the group's tasks rows, its promoted tasks, and per remaining
+-- item those of attempt_result_one (rows it holds already, and its own task and queue).
 -- Deadlocks and lock-wait timeouts are not item errors: they roll back the whole batch (outer
 -- handler) and the shell retries it.
 CREATE PROCEDURE attempt_result_apply(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
@@ -54,8 +54,8 @@ BEGIN
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
   DECLARE v_limits TINYINT UNSIGNED DEFAULT 0;
   DECLARE v_queue_limits TINYINT UNSIGNED DEFAULT 0;
-  DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
-  DECLARE v_next BIGINT UNSIGNED;
+  DECLARE v_queue_ids MEDIUMTEXT;
+  DECLARE v_locked_ids TEXT;
   DECLARE v_keys MEDIUMTEXT;
 
   SET v_session = p_session;
@@ -66,8 +66,8 @@ BEGIN
              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) j
       STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
        FOR UPDATE;
-    -- The items' queues that have a limit, locked in id order (a plain read finds each); a
-    -- queue without one is never locked. The same read collects the keys the items hold.
+    -- Whether any of the items' queues has a limit (those are then locked in id order,
+    -- queues_lock; a queue without one is never locked), and the keys the items hold.
     SELECT BIT_OR(4 * (q.max_concurrency IS NOT NULL) + 8 * (q.max_unfinished IS NOT NULL)),
            JSON_ARRAYAGG(r.concurrency_key)
       INTO v_queue_limits, v_keys
@@ -77,18 +77,13 @@ BEGIN
       STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = a.queue_id
       LEFT JOIN permits p FORCE INDEX (PRIMARY) ON p.attempt_id = a.id AND p.kind = 'KEY'
       LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = p.scope_id;
-    limited_queues: LOOP
-      IF NOT COALESCE(v_queue_limits, 0) THEN LEAVE limited_queues; END IF;
-      SET v_next = NULL;
-      SELECT MIN(q.id) INTO v_next
+    IF v_queue_limits THEN
+      SELECT JSON_ARRAYAGG(JSON_OBJECT('queue', a.queue_id)) INTO v_queue_ids
         FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
                attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) j
-        STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
-        STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = a.queue_id
-       WHERE q.id > v_queue AND (q.max_concurrency IS NOT NULL OR q.max_unfinished IS NOT NULL);
-      IF v_next IS NULL THEN LEAVE limited_queues; END IF;
-      SELECT id INTO v_queue FROM queues WHERE id = v_next FOR UPDATE;
-    END LOOP;
+        STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id;
+      CALL queues_lock(p_namespace_id, v_queue_ids, 12, v_locked_ids);
+    END IF;
     -- The session, then every key the items hold, in key order, before any of them is freed:
     -- group and items alike then take no key row out of order.
     SELECT id INTO v_ignored FROM worker_sessions WHERE id = v_session FOR UPDATE;

@@ -23,10 +23,10 @@
 -- group, whose rows it sees as a later submission would; they share no Idempotency-Key, and
 -- with room for the whole batch no quota check depends on which group went first.
 -- Locks, in order: a gate of the namespace (namespace_gate) and, under an unfinished-task
--- quota, the applications row; the batch's queues rows that have max_unfinished (id order);
--- every existing key row the batch names (keys_lock: key order, all at once), then the
--- group's new key rows (inserted in key order); then the new tasks and idempotency rows; then
--- per remaining item those of task_submit_one (rows it holds already, and a key it names
+-- quota, the applications row; the batch's queues rows that have max_unfinished (queues_lock:
+-- id order); every existing key row the batch names (keys_lock: key order, all at once), then
+-- the group's new key rows (inserted in key order); then the new tasks and idempotency rows;
+-- then per remaining item those of task_submit_one (rows it holds already, and a key it names
 -- first). Deadlocks and lock-wait timeouts roll back the whole batch; the shell retries it. A
 -- concurrent submission of one of its Idempotency-Keys makes the batch's insert of that record
 -- a duplicate once the other commits: the batch is rolled back and answered as a deadlock
@@ -52,8 +52,7 @@ BEGIN
   DECLARE v_now DATETIME(6);
   DECLARE v_out MEDIUMTEXT DEFAULT '[]';
   DECLARE v_limits TINYINT UNSIGNED DEFAULT 0;
-  DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
-  DECLARE v_next BIGINT UNSIGNED;
+  DECLARE v_limited_ids TEXT DEFAULT '';
   DECLARE v_keys MEDIUMTEXT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   DECLARE EXIT HANDLER FOR 1062
@@ -87,17 +86,9 @@ BEGIN
       FROM applications WHERE id = v_app;
   END IF;
   IF v_app IS NOT NULL THEN
-    -- The batch's queues that count their unfinished tasks, locked in id order (a plain read
-    -- finds each); a queue without the limit is never locked.
-    limited_queues: LOOP
-      SET v_next = NULL;
-      SELECT MIN(q.id) INTO v_next FROM queues q
-       WHERE q.namespace_id = p_namespace_id AND q.id > v_queue AND q.max_unfinished IS NOT NULL
-         AND q.id IN (SELECT queue FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
-                        queue BIGINT UNSIGNED PATH '$.queue')) jq);
-      IF v_next IS NULL THEN LEAVE limited_queues; END IF;
-      SELECT id INTO v_queue FROM queues WHERE id = v_next FOR UPDATE;
-    END LOOP;
+    -- The batch's queues that count their unfinished tasks, locked in id order; a queue
+    -- without the limit is never locked.
+    CALL queues_lock(p_namespace_id, p_items, 8, v_limited_ids);
     -- Every key the batch names that has a row, in key order, before any other key row: the
     -- group's and the remaining items' alike.
     SELECT JSON_ARRAYAGG(k) INTO v_keys
@@ -214,11 +205,11 @@ BEGIN
          SET r.candidate_task_id = f.task_id WHERE f.lane = 'READY';
     END IF;
     -- The counters kept: the application's under its quota, a queue's under its limit (their
-    -- rows are locked above; the loop's last queue is 0 when no queue of the batch has one).
+    -- rows are locked above).
     IF v_limits & 2 THEN
       UPDATE applications SET unfinished_tasks = unfinished_tasks + v_fast WHERE id = v_app;
     END IF;
-    IF v_queue > 0 THEN
+    IF v_limited_ids <> '' THEN
       UPDATE queues q
         JOIN (SELECT queue_id, COUNT(*) AS n FROM submit_fast_mem GROUP BY queue_id) c ON c.queue_id = q.id
          SET q.unfinished_tasks = q.unfinished_tasks + c.n

@@ -13,11 +13,11 @@
 -- Errors: STATE_CONFLICT (session closed), before anything is written.
 --
 -- Locks, in the documented order (after the caller's gate and application row): the session's
--- queues rows that have a limit (id order; a queue without one is read, never locked),
--- worker_sessions row, candidate tasks rows (FOR UPDATE SKIP LOCKED through ix_tasks_claim, or
--- ix_tasks_queue_lane_key for a session without concurrency_keys), the keyed candidates'
--- concurrency_resources rows (keys_lock: key order, all at once), then the new attempts and
--- permits rows.
+-- queues rows that have a limit (queues_lock: id order; a queue without one is read, never
+-- locked), the worker_sessions row, candidate tasks rows (FOR UPDATE SKIP LOCKED through
+-- ix_tasks_claim, or ix_tasks_queue_lane_key for a session without concurrency_keys), the
+-- keyed candidates' concurrency_resources rows (keys_lock: key order, all at once), then the
+-- new attempts and permits rows.
 --
 -- K8 without a scan: keyed tasks whose key is held are parked (lane BLOCKED) and each free key
 -- has at most one READY candidate, so ix_tasks_claim (queue_id, lane, priority, id) holds only
@@ -72,6 +72,7 @@ BEGIN
   DECLARE v_bad INT DEFAULT 1;
   DECLARE v_locked INT DEFAULT 0;
   DECLARE v_key_list MEDIUMTEXT;
+  DECLARE v_queue_ids MEDIUMTEXT;
 
   SET v_session = p_session_id, v_app = p_app_id;
   SET v_actor = CONCAT('session:', p_session_public_id);
@@ -87,20 +88,12 @@ BEGIN
          MIN(id), MIN(IF(state = 'ACTIVE', lease_seconds, NULL))
     INTO v_queues, v_limited, v_locked, v_only_queue, v_only_lease FROM queues
    WHERE id IN (SELECT queue_id FROM worker_session_queues WHERE session_id = v_session);
-  -- Queues with a limit, locked in id order (their counters are kept): one at a time by key.
-  SET v_queue = 0;
-  limited_queues: LOOP
-    IF v_locked = 0 THEN LEAVE limited_queues; END IF;
-    SET v_next = NULL;
-    SELECT MIN(q.id) INTO v_next FROM worker_session_queues wq
-      JOIN queues q ON q.id = wq.queue_id
-     WHERE wq.session_id = v_session AND q.id > v_queue
-       AND (q.max_concurrency IS NOT NULL OR q.max_unfinished IS NOT NULL);
-    IF v_next IS NULL THEN LEAVE limited_queues; END IF;
-    SELECT id INTO v_queue FROM queues WHERE id = v_next FOR UPDATE;
-    SET v_limited_ids = CONCAT(v_limited_ids, ',', v_queue);
-  END LOOP;
-  SET v_queue = 0;
+  -- Queues with a limit, locked in id order (their counters are kept).
+  IF v_locked > 0 THEN
+    SELECT JSON_ARRAYAGG(JSON_OBJECT('queue', queue_id)) INTO v_queue_ids
+      FROM worker_session_queues WHERE session_id = v_session;
+    CALL queues_lock(p_namespace_id, v_queue_ids, 12, v_limited_ids);
+  END IF;
   SELECT state, capacity, in_flight, concurrency_keys INTO v_state, v_capacity, v_in_flight, v_keys
     FROM worker_sessions WHERE id = v_session FOR UPDATE;
   IF v_state <> 'OPEN' THEN
