@@ -159,6 +159,52 @@ def test_with_a_quota_the_writers_lock_the_application_row(tenant, database, orb
         shell.close()
 
 
+def test_batches_lock_the_rows_of_their_limited_queues_only(tenant, database, orbit_dsn):
+    """The control for the batch paths (queues_lock): a batch of submissions naming a queue
+    with max_unfinished, and a batch of results or a report of an attempt on a queue with
+    max_concurrency, wait on that queue's row; the same batches on the namespace's unlimited
+    queue do not."""
+    eng = Engine(database, tenant)
+    ns = tenant.namespace_id
+    limited, _ = eng.queue_create(max_concurrency=5)
+    [[made]] = database.call("queue_create", ns, tenant.application_id, "unfinished-5", None, 5,
+                             3, 30, 1, 300)  # fmt: skip
+    [counted] = database.query("SELECT id FROM queues WHERE public_id = %s", (made["queue_id"],))
+    eng.submit(queue=limited)
+    eng.submit()
+    session, _ = eng.hello(queues=[limited, eng.queue], capacity=4)
+    attempts = {eng.task(a["task_id"])["queue_id"]: a["attempt_id"] for a in eng.claim(session)}
+    shell = _impatient(orbit_dsn)
+
+    def results(attempt: str) -> str:
+        item = {"attempt_id": attempt, "outcome": "succeeded", "retryable": 0, "result": "",
+                "error": ""}  # fmt: skip
+        return json.dumps([item])
+
+    def held(queue_id: int) -> Held:
+        return Held(orbit_dsn, ("SELECT id FROM queues WHERE id = %s FOR UPDATE", (queue_id,)))
+
+    hold = held(counted["id"])
+    try:
+        with pytest.raises(LockWait):
+            shell.call("task_submit_many", ns, "t", json.dumps([submit_item(counted["id"])]))
+        shell.call("task_submit_many", ns, "t", json.dumps([submit_item(eng.ids[eng.queue])]))
+    finally:
+        hold.release()
+    hold = held(eng.ids[limited])
+    try:
+        for call, args in (
+            ("attempt_result_many", ()),
+            ("worker_report_claim", (1,)),
+        ):
+            with pytest.raises(LockWait):
+                shell.call(call, ns, session, results(attempts[eng.ids[limited]]), *args)
+        shell.call("attempt_result_many", ns, session, results(attempts[eng.ids[eng.queue]]))
+    finally:
+        hold.release()
+        shell.close()
+
+
 # Exact limits under concurrency ---------------------------------------------------------------
 
 
