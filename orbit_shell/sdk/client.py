@@ -105,7 +105,7 @@ class Client:
         headers = {**self.headers, **(headers or {})}
         if body is not None:
             headers["Content-Type"] = "application/json"
-            body = json.dumps(body)
+            body = json.dumps(body).encode()
         url = self.base_url + path
         if params:
             url += "?" + urllib.parse.urlencode(params)
