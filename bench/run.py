@@ -65,6 +65,27 @@ def run_ceiling(
         )
 
 
+def alternated(bench: Bench, threads: int, seconds: float, rounds: int = 2) -> tuple[dict, dict]:
+    """The single-call cycle in one application and with an application per thread, in
+    ``rounds`` alternating halves of ``seconds`` each: their ratio is a target, and this
+    machine's speed drifts within a minute (one after the other, the ratio measured 0.84x to
+    1.10x on the same procedures). Rates are the rounds' mean, lock counts their sum."""
+    runs: dict[bool, list[dict]] = {False: [], True: []}
+    for _ in range(rounds):
+        for per_app in (False, True):
+            runs[per_app].append(
+                bench.procedure_cycles(threads, seconds / rounds, app_per_thread=per_app)
+            )
+
+    def merged(parts: list[dict]) -> dict:
+        out = {k: sum(p[k] for p in parts) for k in parts[0]}
+        for k in ("tasks_per_s", "commits_per_task"):
+            out[k] /= len(parts)
+        return out
+
+    return merged(runs[False]), merged(runs[True])
+
+
 def run_procedure(
     bench: Bench, dsn: str, args, parts: set[str], seconds: float, results: dict, began: dict
 ) -> None:
@@ -72,8 +93,7 @@ def run_procedure(
     if "procedure" in parts:
         began["procedure"] = time.monotonic()
         ceiling = results["ceiling_commits_per_s"]
-        proc = bench.procedure_cycles(args.threads, seconds)
-        per_app = bench.procedure_cycles(args.threads, seconds, app_per_thread=True)
+        proc, per_app = alternated(bench, args.threads, seconds)
         batched = bench.procedure_batched(args.threads, seconds)
         for part in (proc, per_app, batched):
             # tasks/s against ceiling / commits per task: the issue's procedure-level bound
