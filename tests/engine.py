@@ -69,6 +69,17 @@ def submit_item(queue: int, concurrency_key: str = "", **fields) -> dict:
     }
 
 
+def succeeded_items(attempt_ids: list[str]) -> str:
+    """attempt_result_many's (and worker_report_claim's) items: each attempt succeeded, no
+    result text, as the JSON the procedures take."""
+    return json.dumps(
+        [
+            {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}
+            for a in attempt_ids
+        ]
+    )
+
+
 def handler_reads(conn) -> int:
     """Rows read so far on this connection (its handler counters)."""
     with conn.cursor() as cur:

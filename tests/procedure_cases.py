@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import secrets
 
-from tests.engine import submit_item
+from tests.engine import submit_item, succeeded_items
 
 # Procedures that take two or more locks: a deadlock can be forced into each of them.
 PROCEDURES = [
@@ -157,17 +157,7 @@ def cases(eng, s):
     ns = eng.t.namespace_id
     attempt = lambda key: ("SELECT id FROM attempts WHERE public_id = %s FOR UPDATE", key)  # noqa: E731
     task = lambda key: ("SELECT id FROM tasks WHERE public_id = %s FOR UPDATE", key)  # noqa: E731
-    succeeded_running = json.dumps(
-        [
-            {
-                "attempt_id": s["running"],
-                "outcome": "succeeded",
-                "retryable": 0,
-                "result": "",
-                "error": "",
-            }
-        ]
-    )
+    succeeded_running = succeeded_items([s["running"]])
     return {
         "task_submit": (
             key_row("dl/a"),

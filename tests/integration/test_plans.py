@@ -19,7 +19,7 @@ import pytest
 from orbit_shell.engine import db, schema
 from orbit_shell.engine.db import Database
 from tests.conftest import make_tenant
-from tests.engine import call_reads, submit_item
+from tests.engine import call_reads, submit_item, succeeded_items
 
 BATCH = 50
 KEYS = 500
@@ -70,11 +70,7 @@ def test_batch_calls_read_per_item_not_per_key_on_a_new_database(young):
             granted_total += len(ids)
             reads, _ = call_reads(conn, "attempt_start_many", ns, sid, json.dumps(ids), 0)
             most["start"] = max(most["start"], reads)
-            outcomes = [
-                {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}
-                for a in ids
-            ]
-            reads, answers = call_reads(conn, "attempt_result_many", ns, sid, json.dumps(outcomes))
+            reads, answers = call_reads(conn, "attempt_result_many", ns, sid, succeeded_items(ids))
             most["result"] = max(most["result"], reads)
             assert [a["item_error"] for a in answers] == [None] * len(ids)
     finally:
@@ -247,11 +243,7 @@ def test_a_claim_and_its_probe_read_per_queue_not_per_history(young):
             [granted] = database.call("worker_claim", ns, worker, 100)[:1]
             ids = [a["attempt_id"] for a in granted]
             database.call("attempt_start_many", ns, worker, json.dumps(ids), 0)
-            outcomes = [
-                {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}
-                for a in ids
-            ]
-            database.call("attempt_result_many", ns, worker, json.dumps(outcomes))
+            database.call("attempt_result_many", ns, worker, succeeded_items(ids))
         # Work in flight that has not expired: a leased and a running attempt.
         two = [submit_item(queue["id"]) for _ in range(2)]
         database.call("task_submit_many", ns, "t", json.dumps(two))

@@ -14,7 +14,7 @@ import pytest
 from orbit_shell import errors
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
-from tests.engine import Engine, queue_counts, submit_args, submit_item
+from tests.engine import Engine, queue_counts, submit_args, submit_item, succeeded_items
 
 
 class LockWait(AssertionError):
@@ -88,16 +88,7 @@ def test_no_tenant_row_is_locked_by_any_write_path_without_limits(tenant, databa
         eng.result(session, granted[first])  # frees tl/a: the parked task is promoted
         eng.result(session, ids[1], "failed", retryable=1)
         eng.result(session, ids[2], "unknown")
-        report = [
-            {
-                "attempt_id": ids[3],
-                "outcome": "succeeded",
-                "retryable": 0,
-                "result": "",
-                "error": "",
-            }
-        ]
-        shell.call("worker_report_claim", ns, session, json.dumps(report), 2)
+        shell.call("worker_report_claim", ns, session, succeeded_items([ids[3]]), 2)
         leased = eng.claim(other, 2)
         assert leased, "nothing left to claim"
         shell.call("task_cancel", ns, leased[0]["task_id"], "t")  # LEASED: permits released
@@ -176,11 +167,6 @@ def test_batches_lock_the_rows_of_their_limited_queues_only(tenant, database, or
     attempts = {eng.task(a["task_id"])["queue_id"]: a["attempt_id"] for a in eng.claim(session)}
     shell = _impatient(orbit_dsn)
 
-    def results(attempt: str) -> str:
-        item = {"attempt_id": attempt, "outcome": "succeeded", "retryable": 0, "result": "",
-                "error": ""}  # fmt: skip
-        return json.dumps([item])
-
     def held(queue_id: int) -> Held:
         return Held(orbit_dsn, ("SELECT id FROM queues WHERE id = %s FOR UPDATE", (queue_id,)))
 
@@ -198,8 +184,10 @@ def test_batches_lock_the_rows_of_their_limited_queues_only(tenant, database, or
             ("worker_report_claim", (1,)),
         ):
             with pytest.raises(LockWait):
-                shell.call(call, ns, session, results(attempts[eng.ids[limited]]), *args)
-        shell.call("attempt_result_many", ns, session, results(attempts[eng.ids[eng.queue]]))
+                shell.call(call, ns, session, succeeded_items([attempts[eng.ids[limited]]]), *args)
+        shell.call(
+            "attempt_result_many", ns, session, succeeded_items([attempts[eng.ids[eng.queue]]])
+        )
     finally:
         hold.release()
         shell.close()
