@@ -4,7 +4,8 @@
 -- checked the attempt is LEASED or RUNNING; it passes the attempt's application, queue and
 -- session (read already), its new state, and the limits (bits: 1 the application's
 -- max_active_attempts, 2 its max_unfinished, 4 the queue's max_concurrency, 8 its
--- max_unfinished).
+-- max_unfinished), and the caller's clock: the attempt finishes at the instant the caller
+-- stamps its other rows with (a retry's wait is counted from it).
 -- Deletes the QUEUE and KEY permit rows, decrements the session's in_flight and the active
 -- counters that are kept (bits 1 and 4), frees the key (holder NULL, version + 1) and
 -- promotes the next parked task.
@@ -14,11 +15,11 @@
 -- task (key_promote_next).
 CREATE PROCEDURE attempt_release(IN p_attempt_id BIGINT UNSIGNED, IN p_app BIGINT UNSIGNED,
                                  IN p_queue BIGINT UNSIGNED, IN p_session BIGINT UNSIGNED,
-                                 IN p_new_state VARCHAR(20), IN p_limits TINYINT UNSIGNED)
+                                 IN p_new_state VARCHAR(20), IN p_limits TINYINT UNSIGNED,
+                                 IN p_now DATETIME(6))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
-  DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
 
   IF p_limits & 4 THEN
     UPDATE queues SET active_attempts = active_attempts - 1 WHERE id = p_queue;
@@ -31,10 +32,10 @@ BEGIN
      FOR UPDATE;
   IF v_resource IS NOT NULL THEN
     UPDATE concurrency_resources
-       SET holder_attempt_id = NULL, version = version + 1, updated_at = v_now
+       SET holder_attempt_id = NULL, version = version + 1, updated_at = p_now
      WHERE id = v_resource;
   END IF;
-  UPDATE attempts SET state = p_new_state, finished_at = v_now WHERE id = p_attempt_id;
+  UPDATE attempts SET state = p_new_state, finished_at = p_now WHERE id = p_attempt_id;
   DELETE FROM permits WHERE attempt_id = p_attempt_id;
   IF p_limits & 1 THEN
     UPDATE applications SET active_attempts = active_attempts - 1 WHERE id = p_app;

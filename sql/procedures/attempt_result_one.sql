@@ -92,12 +92,12 @@ BEGIN
      WHERE id = v_attempt;
 
     IF p_outcome = 'succeeded' THEN
-      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'SUCCEEDED', v_limits);
+      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'SUCCEEDED', v_limits, v_now);
       CALL task_finish(v_task, v_app, v_queue, 'SUCCEEDED', p_result, NULL, v_limits);
       CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'SUCCEEDED', 'RUNNING',
                        'SUCCEEDED', v_actor, NULL);
     ELSEIF p_outcome = 'unknown' THEN
-      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'UNKNOWN', v_limits);
+      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'UNKNOWN', v_limits, v_now);
       UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, error = COALESCE(p_error, error),
                        updated_at = v_now
        WHERE id = v_task;
@@ -110,7 +110,7 @@ BEGIN
       SET v_available = v_now + INTERVAL ROUND(v_delay * 1000000) MICROSECOND;
       IF p_retryable = 1 AND v_started < v_max_attempts
          AND (v_deadline IS NULL OR v_available < v_deadline) THEN
-        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'RETRY', v_limits);
+        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'RETRY', v_limits, v_now);
         UPDATE tasks SET state = 'WAITING', available_at = v_available,
                          error = COALESCE(p_error, error), updated_at = v_now
          WHERE id = v_task;
@@ -118,7 +118,7 @@ BEGIN
         CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'RETRY_SCHEDULED', 'RUNNING',
                          'WAITING', v_actor, CONCAT('retry after ', ROUND(v_delay, 3), 's'));
       ELSE
-        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'FAILED', v_limits);
+        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'FAILED', v_limits, v_now);
         CALL task_finish(v_task, v_app, v_queue, 'FAILED', NULL, p_error, v_limits);
         CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'FAILED', 'RUNNING', 'FAILED',
                          v_actor, IF(p_retryable = 1, 'attempts or deadline exhausted', NULL));
