@@ -83,8 +83,8 @@ DDL = (
 )
 
 
-def install(dsn: str) -> str:
-    """(Re)create the scratch database; return its name.
+def install(dsn: str, ddl: tuple[str, ...] = DDL) -> str:
+    """(Re)create the scratch database with ``ddl`` in it; return its name.
 
     Raises:
         pymysql.MySQLError: the DSN's account may not create a database.
@@ -96,11 +96,36 @@ def install(dsn: str) -> str:
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{floor}`")
             cur.execute(f"CREATE DATABASE `{floor}`")
-            for statement in DDL:
+            for statement in ddl:
                 cur.execute(statement.format(f=f"`{floor}`", o=f"`{orbit}`"))
     finally:
         conn.close()
     return floor
+
+
+def drop(dsn: str, floor: str) -> None:
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE `{floor}`")
+    finally:
+        conn.close()
+
+
+def timed(dsn: str, threads: int, seconds: float, run_threads, body) -> float:
+    """``body(database, thread)`` from ``threads`` threads for ``seconds``: rounds per second."""
+    done = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def loop(i: int) -> None:
+        d = Database(dsn, pool_size=1)
+        while time.monotonic() < stop:
+            body(d, i)
+            done[i] += 1
+        d.close()
+
+    run_threads(loop, threads)
+    return sum(done) / seconds
 
 
 def run(dsn: str, threads: int, seconds: float, run_threads) -> dict[str, Any]:
@@ -111,20 +136,6 @@ def run(dsn: str, threads: int, seconds: float, run_threads) -> dict[str, Any]:
     except pymysql.MySQLError as exc:
         return {"skipped": f"cannot create the scratch database: {exc}"}
 
-    def timed(body) -> float:
-        done = [0] * threads
-        stop = time.monotonic() + seconds
-
-        def loop(i: int) -> None:
-            d = Database(dsn, pool_size=1)
-            while time.monotonic() < stop:
-                body(d, i)
-                done[i] += 1
-            d.close()
-
-        run_threads(loop, threads)
-        return sum(done) / seconds
-
     def touch(d: Database, i: int) -> None:
         d.call(f"{floor}.touch", i)
 
@@ -134,8 +145,8 @@ def run(dsn: str, threads: int, seconds: float, run_threads) -> dict[str, Any]:
         d.call(f"{floor}.advance", claimed["attempt_id"], claimed["task_id"], "RUNNING")
         d.call(f"{floor}.advance", claimed["attempt_id"], claimed["task_id"], "SUCCEEDED")
 
-    calls = timed(touch)
-    tasks = timed(cycle)
+    calls = timed(dsn, threads, seconds, run_threads, touch)
+    tasks = timed(dsn, threads, seconds, run_threads, cycle)
     d = Database(dsn, pool_size=1)
     attempts: list[dict] = []
     call_cpu = call_costs(
@@ -151,12 +162,7 @@ def run(dsn: str, threads: int, seconds: float, run_threads) -> dict[str, Any]:
         }
     )
     d.close()
-    conn = db.connect(dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE `{floor}`")
-    finally:
-        conn.close()
+    drop(dsn, floor)
     return {
         "touch_calls_per_s": calls,
         "tasks_per_s": tasks,

@@ -5,7 +5,9 @@ Parts:
   procedure  submit -> claim -> start -> result cycles/s calling the procedures from N threads
              (one application, then an application per thread; then batched); then the floor
              (bench/floor.py): the ceiling's UPDATE as a procedure, and the cheapest cycle
-             that writes task, attempt and history rows, against the same ceiling
+             that writes task, attempt and history rows, against the same ceiling; and the
+             SPEC floor (bench/spec_floor.py): the cheapest cycle writing and checking what
+             SPEC asks of each change
   phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
              none, each task its own, or 1,000 shared behind a backlog); key turns of 1, 5
              and 10 keys (report-and-claim, then start: the hot-keys run's calls)
@@ -40,6 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import floor  # noqa: E402
 import http_floor  # noqa: E402
 import slowdisk  # noqa: E402
+import spec_floor  # noqa: E402
 import targets  # noqa: E402
 from e2e import e2e, start_server  # noqa: E402
 from engine_parts import Bench  # noqa: E402
@@ -142,13 +145,30 @@ def run_procedure(
                 f"{low['orbit_vs_floor']:.2f}x of it)",
                 flush=True,
             )
-            results["procedure_call_cpu_ms"] = mine = bench.call_costs()
-            theirs = low["db_cpu_ms_per_call"]
+            results["procedure_spec_floor"] = spec = spec_floor.run(
+                dsn, args.threads, seconds, run_threads
+            )
+            spec["vs_floor"] = spec["tasks_per_s"] / low["tasks_per_s"]
+            spec["orbit_one_application_vs_spec_floor"] = proc["tasks_per_s"] / spec["tasks_per_s"]
             print(
-                "procedure, one thread, mariadbd CPU per call, Orbit / the floor: "
-                + ", ".join(f"{k} {mine[k]:.2f} / {theirs[k]:.2f} ms" for k in mine)
-                + f"; a cycle {sum(mine.values()):.2f} / {sum(theirs.values()):.2f} ms "
-                f"({sum(theirs.values()) / sum(mine.values()):.2f}x)",
+                f"procedure SPEC floor (not Orbit): a cycle writing and checking what SPEC asks "
+                f"of each change {spec['tasks_per_s']:.0f} tasks/s, {spec['vs_floor']:.2f}x of "
+                f"the floor cycle (Orbit, one application: "
+                f"{spec['orbit_one_application_vs_spec_floor']:.2f}x of it)",
+                flush=True,
+            )
+            results["procedure_call_cpu_ms"] = mine = bench.call_costs()
+            steps = [mine, spec["db_cpu_ms_per_call"], low["db_cpu_ms_per_call"]]
+            cycles = [sum(costs.values()) for costs in steps]
+            print(
+                "procedure, one thread, mariadbd CPU per call, Orbit / the SPEC floor / the "
+                "floor: "
+                + ", ".join(f"{k} {' / '.join(f'{c[k]:.2f}' for c in steps)} ms" for k in mine)
+                + "; a cycle "
+                + " / ".join(f"{c:.2f}" for c in cycles)
+                + " ms (the floor "
+                f"{cycles[2] / cycles[0]:.2f}x of Orbit, {cycles[2] / cycles[1]:.2f}x of the SPEC "
+                "floor)",
                 flush=True,
             )
 
@@ -551,6 +571,10 @@ def side_by_side(default: dict, production: dict) -> None:
             (
                 "procedure, one application / the floor cycle",
                 lambda r: r["procedure_floor"].get("orbit_one_application_vs_floor", 0.0),
+            ),
+            (
+                "procedure, the SPEC floor cycle / the floor cycle",
+                lambda r: r.get("procedure_spec_floor", {}).get("vs_floor", 0.0),
             ),
         ):
             rows.append((label, get(default), get(production)))
