@@ -7,7 +7,8 @@ Parts:
              (bench/floor.py): the ceiling's UPDATE as a procedure, and the cheapest cycle
              that writes task, attempt and history rows, against the same ceiling; and the
              SPEC floor (bench/spec_floor.py): the cheapest cycle writing and checking what
-             SPEC asks of each change
+             SPEC asks of each change; and what a helper CALL, a temporary table and a
+             primary-key read cost inside a procedure (bench/overheads.py)
   phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
              none, each task its own, or 1,000 shared behind a backlog); key turns of 1, 5
              and 10 keys (report-and-claim, then start: the hot-keys run's calls)
@@ -41,6 +42,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import floor  # noqa: E402
 import http_floor  # noqa: E402
+import overheads  # noqa: E402
 import slowdisk  # noqa: E402
 import spec_floor  # noqa: E402
 import targets  # noqa: E402
@@ -169,6 +171,18 @@ def run_procedure(
                 + " ms (the floor "
                 f"{cycles[2] / cycles[0]:.2f}x of Orbit, {cycles[2] / cycles[1]:.2f}x of the SPEC "
                 "floor)",
+                flush=True,
+            )
+            results["procedure_overheads"] = over = overheads.run(dsn)
+            us = over["cpu_us_per_iteration"]
+            print(
+                "procedure structure, mariadbd CPU per iteration of a loop inside one procedure, "
+                f"beyond the bare loop's {us['loop']:.1f} us: a helper CALL "
+                f"{us['helper_call'] - us['loop']:.1f} us (with six parameters "
+                f"{us['helper_call_6_params'] - us['loop']:.1f}), a temporary table made and "
+                f"emptied {us['temporary_table'] - us['loop']:.1f} us, a primary-key read "
+                f"{us['primary_key_read'] - us['loop']:.1f} us; an empty procedure CALLed by the "
+                f"client {us['client_call']:.1f} us",
                 flush=True,
             )
 
