@@ -3,8 +3,8 @@ one procedure that CALLs an empty helper (without and with six parameters, as Or
 take), makes and empties a MEMORY temporary table the way the batch paths do, or reads one row
 by primary key, against the bare loop; and the empty helper CALLed by the client, a round trip
 each. Not Orbit's routines: a scratch database of their own
-(``bench/floor.py``'s), one connection, 20,000 iterations each, so that the kernel's 10 ms CPU
-ticks are a small part of each figure.
+(``bench/floor.py``'s), one connection, 100,000 iterations each (5,000 client CALLs), so that
+the kernel's 10 ms CPU ticks are a small part of each figure.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import floor
 from measures import db_cpu_seconds, mariadbd_pids
 
 from orbit_shell.engine import db
+
+CLIENT_CALLS = 5_000
 
 BODIES = {
     "loop": "SET v = v + 1;",
@@ -52,7 +54,7 @@ DDL = (
 )
 
 
-def run(dsn: str, iterations: int = 20_000) -> dict[str, Any]:
+def run(dsn: str, iterations: int = 100_000) -> dict[str, Any]:
     """Microseconds of mariadbd CPU per iteration of each loop, the bare loop's included."""
     scratch = floor.install(dsn, DDL)
     conn = db.connect(dsn)
@@ -66,9 +68,9 @@ def run(dsn: str, iterations: int = 20_000) -> dict[str, Any]:
                 out[name] = 1e6 * (db_cpu_seconds(pids) - c0) / iterations
             # The same empty helper called by the client: a round trip, a CALL to parse.
             c0 = db_cpu_seconds(pids)
-            for _ in range(iterations // 10):
+            for _ in range(CLIENT_CALLS):
                 cur.execute(f"CALL `{scratch}`.noop()")
-            out["client_call"] = 1e6 * (db_cpu_seconds(pids) - c0) / (iterations // 10)
+            out["client_call"] = 1e6 * (db_cpu_seconds(pids) - c0) / CLIENT_CALLS
     finally:
         conn.close()
     floor.drop(dsn, scratch)

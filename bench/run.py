@@ -130,61 +130,69 @@ def run_procedure(
             f"{batched['ratio_to_ceiling_bound']:.2f} of ceiling/commits; " + locks_text(batched),
             flush=True,
         )
-        results["procedure_floor"] = low = floor.run(dsn, args.threads, seconds, run_threads)
-        if "skipped" in low:
-            print(f"procedure floor: skipped ({low['skipped']})", flush=True)
-        else:
-            low["touch_ratio_to_ceiling"] = low["touch_calls_per_s"] / ceiling
-            low["ratio_to_ceiling_bound"] = low["tasks_per_s"] * low["commits_per_task"] / ceiling
-            low["orbit_vs_floor"] = per_app["tasks_per_s"] / low["tasks_per_s"]
-            low["orbit_one_application_vs_floor"] = proc["tasks_per_s"] / low["tasks_per_s"]
-            print(
-                f"procedure floor (not Orbit): the ceiling's UPDATE as a procedure "
-                f"{low['touch_calls_per_s']:.0f} calls/s, {low['touch_ratio_to_ceiling']:.2f} "
-                f"of ceiling; a cycle writing only task, attempt and history rows "
-                f"{low['tasks_per_s']:.0f} tasks/s, {low['ratio_to_ceiling_bound']:.2f} of "
-                f"ceiling/commits (Orbit, an application per thread: "
-                f"{low['orbit_vs_floor']:.2f}x of it)",
-                flush=True,
-            )
-            results["procedure_spec_floor"] = spec = spec_floor.run(
-                dsn, args.threads, seconds, run_threads
-            )
-            spec["vs_floor"] = spec["tasks_per_s"] / low["tasks_per_s"]
-            spec["orbit_one_application_vs_spec_floor"] = proc["tasks_per_s"] / spec["tasks_per_s"]
-            print(
-                f"procedure SPEC floor (not Orbit): a cycle writing and checking what SPEC asks "
-                f"of each change {spec['tasks_per_s']:.0f} tasks/s, {spec['vs_floor']:.2f}x of "
-                f"the floor cycle (Orbit, one application: "
-                f"{spec['orbit_one_application_vs_spec_floor']:.2f}x of it)",
-                flush=True,
-            )
-            results["procedure_call_cpu_ms"] = mine = bench.call_costs()
-            steps = [mine, spec["db_cpu_ms_per_call"], low["db_cpu_ms_per_call"]]
-            cycles = [sum(costs.values()) for costs in steps]
-            print(
-                "procedure, one thread, mariadbd CPU per call, Orbit / the SPEC floor / the "
-                "floor: "
-                + ", ".join(f"{k} {' / '.join(f'{c[k]:.2f}' for c in steps)} ms" for k in mine)
-                + "; a cycle "
-                + " / ".join(f"{c:.2f}" for c in cycles)
-                + " ms (the floor "
-                f"{cycles[2] / cycles[0]:.2f}x of Orbit, {cycles[2] / cycles[1]:.2f}x of the SPEC "
-                "floor)",
-                flush=True,
-            )
-            results["procedure_overheads"] = over = overheads.run(dsn)
-            us = over["cpu_us_per_iteration"]
-            print(
-                "procedure structure, mariadbd CPU per iteration of a loop inside one procedure, "
-                f"beyond the bare loop's {us['loop']:.1f} us: a helper CALL "
-                f"{us['helper_call'] - us['loop']:.1f} us (with six parameters "
-                f"{us['helper_call_6_params'] - us['loop']:.1f}), a temporary table made and "
-                f"emptied {us['temporary_table'] - us['loop']:.1f} us, a primary-key read "
-                f"{us['primary_key_read'] - us['loop']:.1f} us; an empty procedure CALLed by the "
-                f"client {us['client_call']:.1f} us",
-                flush=True,
-            )
+        run_floors(bench, dsn, args, seconds, results)
+
+
+def run_floors(bench: Bench, dsn: str, args, seconds: float, results: dict) -> None:
+    """The floor, the SPEC floor and the procedure structure's costs, beside the procedure
+    cycles the run has just measured (results["procedure"], [..."_app_per_thread"])."""
+    ceiling = results["ceiling_commits_per_s"]
+    proc, per_app = results["procedure"], results["procedure_app_per_thread"]
+    results["procedure_floor"] = low = floor.run(dsn, args.threads, seconds, run_threads)
+    if "skipped" in low:
+        print(f"procedure floor: skipped ({low['skipped']})", flush=True)
+    else:
+        low["touch_ratio_to_ceiling"] = low["touch_calls_per_s"] / ceiling
+        low["ratio_to_ceiling_bound"] = low["tasks_per_s"] * low["commits_per_task"] / ceiling
+        low["orbit_vs_floor"] = per_app["tasks_per_s"] / low["tasks_per_s"]
+        low["orbit_one_application_vs_floor"] = proc["tasks_per_s"] / low["tasks_per_s"]
+        print(
+            f"procedure floor (not Orbit): the ceiling's UPDATE as a procedure "
+            f"{low['touch_calls_per_s']:.0f} calls/s, {low['touch_ratio_to_ceiling']:.2f} "
+            f"of ceiling; a cycle writing only task, attempt and history rows "
+            f"{low['tasks_per_s']:.0f} tasks/s, {low['ratio_to_ceiling_bound']:.2f} of "
+            f"ceiling/commits (Orbit, an application per thread: "
+            f"{low['orbit_vs_floor']:.2f}x of it)",
+            flush=True,
+        )
+        results["procedure_spec_floor"] = spec = spec_floor.run(
+            dsn, args.threads, seconds, run_threads
+        )
+        spec["vs_floor"] = spec["tasks_per_s"] / low["tasks_per_s"]
+        spec["orbit_one_application_vs_spec_floor"] = proc["tasks_per_s"] / spec["tasks_per_s"]
+        print(
+            f"procedure SPEC floor (not Orbit): a cycle writing and checking what SPEC asks "
+            f"of each change {spec['tasks_per_s']:.0f} tasks/s, {spec['vs_floor']:.2f}x of "
+            f"the floor cycle (Orbit, one application: "
+            f"{spec['orbit_one_application_vs_spec_floor']:.2f}x of it)",
+            flush=True,
+        )
+        results["procedure_call_cpu_ms"] = mine = bench.call_costs()
+        steps = [mine, spec["db_cpu_ms_per_call"], low["db_cpu_ms_per_call"]]
+        cycles = [sum(costs.values()) for costs in steps]
+        print(
+            "procedure, one thread, mariadbd CPU per call, Orbit / the SPEC floor / the "
+            "floor: "
+            + ", ".join(f"{k} {' / '.join(f'{c[k]:.2f}' for c in steps)} ms" for k in mine)
+            + "; a cycle "
+            + " / ".join(f"{c:.2f}" for c in cycles)
+            + " ms (the floor "
+            f"{cycles[2] / cycles[0]:.2f}x of Orbit, {cycles[2] / cycles[1]:.2f}x of the SPEC "
+            "floor)",
+            flush=True,
+        )
+        results["procedure_overheads"] = over = overheads.run(dsn)
+        us = over["cpu_us_per_iteration"]
+        print(
+            "procedure structure, mariadbd CPU per iteration of a loop inside one procedure, "
+            f"beyond the bare loop's {us['loop']:.1f} us: a helper CALL "
+            f"{us['helper_call'] - us['loop']:.1f} us (with six parameters "
+            f"{us['helper_call_6_params'] - us['loop']:.1f}), a temporary table made and "
+            f"emptied {us['temporary_table'] - us['loop']:.1f} us, a primary-key read "
+            f"{us['primary_key_read'] - us['loop']:.1f} us; an empty procedure CALLed by the "
+            f"client {us['client_call']:.1f} us",
+            flush=True,
+        )
 
 
 def run_phases(bench: Bench, parts: set[str], results: dict, began: dict) -> None:
