@@ -37,7 +37,10 @@ BEGIN
   IF v_task IS NOT NULL THEN
     CALL queue_limits(v_queue, p_app_limits, v_limits);
     IF v_state = 'LEASED' THEN
-      CALL attempt_release(p_attempt_id, v_app, v_queue, v_session, 'EXPIRED', v_limits, v_now);
+      -- Released at the clock read now, after the row locks: v_now was read before them (the
+      -- lease's test), and a release must not be stamped before a change it waited for.
+      CALL attempt_release(p_attempt_id, v_app, v_queue, v_session, 'EXPIRED', v_limits,
+                           UTC_TIMESTAMP(6));
       -- Counted with this attempt, EXPIRED now; uq_attempts_number reads only the task's.
       SELECT COUNT(*) INTO v_unstarted FROM attempts WHERE task_id = v_task AND state = 'EXPIRED';
       IF v_deadline IS NOT NULL AND v_deadline <= v_now THEN
@@ -58,7 +61,8 @@ BEGIN
                          p_actor, 'lease expired before start');
       END IF;
     ELSE
-      CALL attempt_release(p_attempt_id, v_app, v_queue, v_session, 'UNKNOWN', v_limits, v_now);
+      CALL attempt_release(p_attempt_id, v_app, v_queue, v_session, 'UNKNOWN', v_limits,
+                           UTC_TIMESTAMP(6));
       UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, updated_at = v_now WHERE id = v_task;
       CALL history_add(v_task, v_ns, p_attempt_id, v_token, 'LEASE_EXPIRED', 'RUNNING',
                        'NEEDS_REVIEW', p_actor, 'lease expired while running; outcome unknown');

@@ -4,8 +4,9 @@
 -- checked the attempt is LEASED or RUNNING; it passes the attempt's application, queue and
 -- session (read already), its new state, and the limits (bits: 1 the application's
 -- max_active_attempts, 2 its max_unfinished, 4 the queue's max_concurrency, 8 its
--- max_unfinished), and the caller's clock: the attempt finishes at the instant the caller
--- stamps its other rows with (a retry's wait is counted from it).
+-- max_unfinished), and the instant to stamp, read by the caller after its row locks: a
+-- result passes the one its other rows get, so a retry's wait counts from the attempt's
+-- finish.
 -- Deletes the QUEUE and KEY permit rows, decrements the session's in_flight and the active
 -- counters that are kept (bits 1 and 4), frees the key (holder NULL, version + 1) and
 -- promotes the next parked task.
