@@ -6,7 +6,10 @@
 -- max_active_attempts, 2 its max_unfinished, 4 the queue's max_concurrency, 8 its
 -- max_unfinished), and the instant to stamp, read by the caller after its row locks: a
 -- result passes the one its other rows get, so a retry's wait counts from the attempt's
--- finish.
+-- finish. p_new_state NULL: the caller wrote the attempt's state and finished_at itself (a
+-- result, in the UPDATE that stores its outcome). p_keyed: the attempt holds a concurrency
+-- token (every keyed grant has one, at least 1; an unkeyed attempt has none), so a KEY permit
+-- is looked for only then.
 -- Deletes the QUEUE and KEY permit rows, decrements the session's in_flight and the active
 -- counters that are kept (bits 1 and 4), frees the key (holder NULL, version + 1) and
 -- promotes the next parked task.
@@ -17,7 +20,7 @@
 CREATE PROCEDURE attempt_release(IN p_attempt_id BIGINT UNSIGNED, IN p_app BIGINT UNSIGNED,
                                  IN p_queue BIGINT UNSIGNED, IN p_session BIGINT UNSIGNED,
                                  IN p_new_state VARCHAR(20), IN p_limits TINYINT UNSIGNED,
-                                 IN p_now DATETIME(6))
+                                 IN p_now DATETIME(6), IN p_keyed TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
@@ -27,16 +30,20 @@ BEGIN
   END IF;
   UPDATE worker_sessions SET in_flight = in_flight - 1 WHERE id = p_session;
   -- The KEY permit row names the resource (uq_permits_attempt); lock it and re-check the holder.
-  SELECT r.id INTO v_resource
-    FROM permits p JOIN concurrency_resources r ON r.id = p.scope_id
-   WHERE p.attempt_id = p_attempt_id AND p.kind = 'KEY' AND r.holder_attempt_id = p_attempt_id
-     FOR UPDATE;
+  IF p_keyed THEN
+    SELECT r.id INTO v_resource
+      FROM permits p JOIN concurrency_resources r ON r.id = p.scope_id
+     WHERE p.attempt_id = p_attempt_id AND p.kind = 'KEY' AND r.holder_attempt_id = p_attempt_id
+       FOR UPDATE;
+  END IF;
   IF v_resource IS NOT NULL THEN
     UPDATE concurrency_resources
        SET holder_attempt_id = NULL, version = version + 1, updated_at = p_now
      WHERE id = v_resource;
   END IF;
-  UPDATE attempts SET state = p_new_state, finished_at = p_now WHERE id = p_attempt_id;
+  IF p_new_state IS NOT NULL THEN
+    UPDATE attempts SET state = p_new_state, finished_at = p_now WHERE id = p_attempt_id;
+  END IF;
   DELETE FROM permits WHERE attempt_id = p_attempt_id;
   IF p_limits & 1 THEN
     UPDATE applications SET active_attempts = active_attempts - 1 WHERE id = p_app;

@@ -46,6 +46,7 @@ BEGIN
   DECLARE v_now DATETIME(6);
   DECLARE v_limits TINYINT UNSIGNED;
   DECLARE v_ignored BIGINT UNSIGNED;
+  DECLARE v_end VARCHAR(20);
 
   SET p_task_id = NULL, p_duplicate = 0;
   SET v_fp = SHA2(CONCAT(p_outcome, '|', COALESCE(p_retryable, 0), '|', COALESCE(p_result, 'null'),
@@ -87,42 +88,47 @@ BEGIN
       SELECT id INTO v_ignored FROM queues WHERE id = v_queue FOR UPDATE;
     END IF;
     SET v_limits = v_limits | p_app_limits;
-    UPDATE attempts SET outcome = p_outcome, retryable = p_retryable, result = p_result,
-                        error = p_error, result_sha256 = v_fp
-     WHERE id = v_attempt;
-
+    -- The attempt's end is decided before it is written, so that one UPDATE stores the
+    -- outcome, the state and finished_at (attempt_release is told not to write it again).
     IF p_outcome = 'succeeded' THEN
-      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'SUCCEEDED', v_limits, v_now);
-      CALL task_finish(v_task, v_app, v_queue, 'SUCCEEDED', p_result, NULL, v_limits);
-      CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'SUCCEEDED', 'RUNNING',
-                       'SUCCEEDED', v_actor, NULL);
+      SET v_end = 'SUCCEEDED';
     ELSEIF p_outcome = 'unknown' THEN
-      CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'UNKNOWN', v_limits, v_now);
-      UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, error = COALESCE(p_error, error),
-                       updated_at = v_now
-       WHERE id = v_task;
-      CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'OUTCOME_UNKNOWN', 'RUNNING',
-                       'NEEDS_REVIEW', v_actor, 'worker reported an unknown outcome');
+      SET v_end = 'UNKNOWN';
     ELSE
       SELECT COUNT(*) INTO v_started FROM attempts WHERE task_id = v_task AND started_at IS NOT NULL;
       -- Exponential backoff with jitter in [0.5, 1.0] of the capped delay.
       SET v_delay = LEAST(v_cap, v_base * POW(2, LEAST(v_started, 30) - 1)) * (0.5 + RAND() / 2);
       SET v_available = v_now + INTERVAL ROUND(v_delay * 1000000) MICROSECOND;
-      IF p_retryable = 1 AND v_started < v_max_attempts
-         AND (v_deadline IS NULL OR v_available < v_deadline) THEN
-        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'RETRY', v_limits, v_now);
-        UPDATE tasks SET state = 'WAITING', available_at = v_available,
-                         error = COALESCE(p_error, error), updated_at = v_now
-         WHERE id = v_task;
-        CALL task_enter_lane(v_task);
-        CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'RETRY_SCHEDULED', 'RUNNING',
-                         'WAITING', v_actor, CONCAT('retry after ', ROUND(v_delay, 3), 's'));
-      ELSE
-        CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'FAILED', v_limits, v_now);
-        CALL task_finish(v_task, v_app, v_queue, 'FAILED', NULL, p_error, v_limits);
-        CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'FAILED', 'RUNNING', 'FAILED',
-                         v_actor, IF(p_retryable = 1, 'attempts or deadline exhausted', NULL));
-      END IF;
+      SET v_end = IF(p_retryable = 1 AND v_started < v_max_attempts
+                     AND (v_deadline IS NULL OR v_available < v_deadline), 'RETRY', 'FAILED');
+    END IF;
+    UPDATE attempts SET outcome = p_outcome, retryable = p_retryable, result = p_result,
+                        error = p_error, result_sha256 = v_fp, state = v_end, finished_at = v_now
+     WHERE id = v_attempt;
+    CALL attempt_release(v_attempt, v_app, v_queue, v_session, NULL, v_limits, v_now,
+                         COALESCE(v_token, 0) > 0);
+
+    IF v_end = 'SUCCEEDED' THEN
+      CALL task_finish(v_task, v_app, v_queue, 'SUCCEEDED', p_result, NULL, v_limits);
+      CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'SUCCEEDED', 'RUNNING',
+                       'SUCCEEDED', v_actor, NULL);
+    ELSEIF v_end = 'UNKNOWN' THEN
+      UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, error = COALESCE(p_error, error),
+                       updated_at = v_now
+       WHERE id = v_task;
+      CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'OUTCOME_UNKNOWN', 'RUNNING',
+                       'NEEDS_REVIEW', v_actor, 'worker reported an unknown outcome');
+    ELSEIF v_end = 'RETRY' THEN
+      UPDATE tasks SET state = 'WAITING', available_at = v_available,
+                       error = COALESCE(p_error, error), updated_at = v_now
+       WHERE id = v_task;
+      CALL task_enter_lane(v_task);
+      CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'RETRY_SCHEDULED', 'RUNNING',
+                       'WAITING', v_actor, CONCAT('retry after ', ROUND(v_delay, 3), 's'));
+    ELSE
+      CALL task_finish(v_task, v_app, v_queue, 'FAILED', NULL, p_error, v_limits);
+      CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'FAILED', 'RUNNING', 'FAILED',
+                       v_actor, IF(p_retryable = 1, 'attempts or deadline exhausted', NULL));
     END IF;
   END IF;
 END
