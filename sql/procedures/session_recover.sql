@@ -7,14 +7,15 @@
 -- recovers another session's attempt, nor a recovered key while it locks its candidates'.
 -- Most claims find nothing to recover: one plain read over the session's queues
 -- (session_recovery_due, the probe's) says so, and the per-queue walks run only then.
--- Params: namespace, session internal id. No result set.
+-- Params: namespace, session internal id, how many queues the session has and the least of
+--   them (read by the caller with the session: the probe asks one queue by key when there is
+--   one). No result set.
 -- Locks, per item: namespace_gate's, then attempt_recover's, or the task row and
 --   task_enter_lane's key row.
-CREATE PROCEDURE session_recover(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED)
+CREATE PROCEDURE session_recover(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
+                                 IN p_queues INT UNSIGNED, IN p_only_queue BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
-  DECLARE v_queues INT;
-  DECLARE v_only_queue BIGINT UNSIGNED;
   DECLARE v_recover TINYINT DEFAULT 0;
   DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
   DECLARE v_next BIGINT UNSIGNED;
@@ -25,9 +26,7 @@ BEGIN
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-  SELECT COUNT(*), MIN(queue_id) INTO v_queues, v_only_queue
-    FROM worker_session_queues WHERE session_id = p_session_id;
-  CALL session_recovery_due(p_session_id, IF(v_queues = 1, v_only_queue, 0), v_now, v_recover);
+  CALL session_recovery_due(p_session_id, IF(p_queues = 1, p_only_queue, 0), v_now, v_recover);
   recovery_queues: LOOP
     IF NOT v_recover THEN LEAVE recovery_queues; END IF;
     SET v_next = NULL;

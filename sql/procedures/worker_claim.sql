@@ -14,17 +14,22 @@ CREATE PROCEDURE worker_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_pu
 BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_queues INT UNSIGNED;
+  DECLARE v_only_queue BIGINT UNSIGNED;
   DECLARE v_first_attempt BIGINT UNSIGNED;
   DECLARE v_limits TINYINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
-  SELECT id, application_id INTO v_session, v_app FROM worker_sessions
-   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
+  -- The session and how many queues it has (for the recovery probe), in one read.
+  SELECT MIN(s.id), MIN(s.application_id), COUNT(wq.queue_id), MIN(wq.queue_id)
+    INTO v_session, v_app, v_queues, v_only_queue
+    FROM worker_sessions s LEFT JOIN worker_session_queues wq ON wq.session_id = s.id
+   WHERE s.public_id = p_session_public_id AND s.namespace_id = p_namespace_id;
   IF v_session IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: worker session not found';
   END IF;
-  CALL session_recover(p_namespace_id, v_session);
+  CALL session_recover(p_namespace_id, v_session, v_queues, v_only_queue);
   CALL worker_claim_tables();
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;

@@ -156,7 +156,9 @@ BEGIN
     -- it. When this transaction holds key rows already (p_skip_keys), a row another holds is
     -- skipped and its candidate left READY for a later claim: waiting for it here, out of key
     -- order, could close a cycle with a submission that holds it and waits for one of ours.
-    SELECT COALESCE(SUM(keyed), 0) INTO v_keyed FROM claim_candidates_mem;
+    IF v_found > 1 OR p_skip_keys THEN  -- counted only where the answer decides something
+      SELECT COALESCE(SUM(keyed), 0) INTO v_keyed FROM claim_candidates_mem;
+    END IF;
     IF v_keyed > 0 AND (v_found > 1 OR p_skip_keys) THEN
       SELECT JSON_ARRAYAGG(t.concurrency_key) INTO v_key_list
         FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id

@@ -26,6 +26,8 @@ CREATE PROCEDURE worker_report_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_ses
 BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_app BIGINT UNSIGNED;
+  DECLARE v_queues INT UNSIGNED;
+  DECLARE v_only_queue BIGINT UNSIGNED;
   DECLARE v_limits TINYINT UNSIGNED;
   DECLARE v_out MEDIUMTEXT;
   DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
@@ -34,10 +36,12 @@ BEGIN
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
   -- The session, resolved once for both halves (NULL: every item is LEASE_LOST).
-  SELECT id INTO v_session FROM worker_sessions
-   WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
+  -- With how many queues it has (for the recovery probe), in one read.
+  SELECT MIN(s.id), COUNT(wq.queue_id), MIN(wq.queue_id) INTO v_session, v_queues, v_only_queue
+    FROM worker_sessions s LEFT JOIN worker_session_queues wq ON wq.session_id = s.id
+   WHERE s.public_id = p_session_public_id AND s.namespace_id = p_namespace_id;
   IF v_session IS NOT NULL AND p_max > 0 THEN
-    CALL session_recover(p_namespace_id, v_session);
+    CALL session_recover(p_namespace_id, v_session, v_queues, v_only_queue);
   END IF;
   CALL attempt_result_tables();
   CALL worker_claim_tables();
