@@ -8,8 +8,9 @@
 -- (namespace_gate, which locked the application row where it has one), and p_skip_keys: 1
 -- when the caller's transaction holds key rows already (worker_report_claim's results), so
 -- that a candidate whose key row another transaction holds is left for a later claim rather
--- than waited for out of key order. Out: the first attempt id granted by this call (NULL:
--- none).
+-- than waited for out of key order (a candidate the caller's results promoted, listed in
+-- result_next_mem, is of a key row it holds: nothing to wait for). Out: the first attempt id
+-- granted by this call (NULL: none).
 -- Errors: STATE_CONFLICT (session closed), before anything is written.
 --
 -- Locks, in the documented order (after the caller's gate and application row): the session's
@@ -61,6 +62,7 @@ BEGIN
   DECLARE v_queues INT DEFAULT 0;
   DECLARE v_limited INT DEFAULT 0;
   DECLARE v_keyed INT DEFAULT 0;
+  DECLARE v_unheld INT DEFAULT 0;
   DECLARE v_floor BIGINT UNSIGNED;
   DECLARE v_ceiling BIGINT UNSIGNED;
   DECLARE v_ignored BIGINT;
@@ -159,7 +161,15 @@ BEGIN
     IF v_found > 1 OR p_skip_keys THEN  -- counted only where the answer decides something
       SELECT COALESCE(SUM(keyed), 0) INTO v_keyed FROM claim_candidates_mem;
     END IF;
-    IF v_keyed > 0 AND (v_found > 1 OR p_skip_keys) THEN
+    IF v_keyed > 0 AND p_skip_keys THEN
+      -- A candidate the caller's results just promoted (worker_report_claim's group path,
+      -- result_next_mem) is of a key row this transaction holds: nothing to wait for or skip.
+      -- When every keyed candidate is one (a hot key's turn), keys_lock is not needed.
+      SELECT COUNT(*) INTO v_unheld
+        FROM claim_candidates_mem c LEFT JOIN result_next_mem n ON n.next_task = c.task_id
+       WHERE c.keyed = 1 AND n.next_task IS NULL;
+    END IF;
+    IF v_keyed > 0 AND ((v_found > 1 AND NOT p_skip_keys) OR v_unheld > 0) THEN
       SELECT JSON_ARRAYAGG(t.concurrency_key) INTO v_key_list
         FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.keyed = 1;
@@ -209,7 +219,8 @@ BEGIN
       END IF;
       SELECT SUM(keyed), SUM(late) INTO v_keyed, v_bad FROM claim_candidates_mem WHERE take = 1;
       IF v_keyed > 0 THEN
-        -- The key rows are locked above (keys_lock). STRAIGHT_JOIN: from the candidates to
+        -- The key rows are locked above (keys_lock, or by the caller's results, which promoted
+        -- these candidates). STRAIGHT_JOIN: from the candidates to
         -- their rows, never from a key to its (parked) tasks.
         CALL token_range(v_floor, v_ceiling);
         UPDATE claim_candidates_mem c

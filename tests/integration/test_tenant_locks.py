@@ -193,6 +193,50 @@ def test_batches_lock_the_rows_of_their_limited_queues_only(tenant, database, or
         shell.close()
 
 
+def test_a_report_claims_the_keys_its_results_promoted_and_skips_a_key_another_holds(
+    tenant, database, orbit_dsn
+):
+    """K6/K8 and the lock order: while another transaction holds key B's row, a report whose
+    result frees key A claims A's promoted next task without waiting (its own key row, no
+    keys_lock: a hot key's turn), and a report whose claim also finds B's READY candidate
+    still grants A's and leaves B's READY for a later claim (keys_lock, SKIP LOCKED)."""
+    eng = Engine(database, tenant)
+    ns = tenant.namespace_id
+    key_a, key_b = "tl/a-" + secrets.token_hex(3), "tl/b-" + secrets.token_hex(3)
+    tasks_a = [eng.submit(key_a) for _ in range(3)]  # one READY, two parked behind it
+    task_b = eng.submit(key_b)
+    session, _ = eng.hello(capacity=3)
+    [first] = eng.claim(session, 1)
+    assert first["task_id"] == tasks_a[0]
+    eng.start(session, first["attempt_id"])
+    shell = _impatient(orbit_dsn)
+    hold = Held(
+        orbit_dsn,
+        (
+            "SELECT id FROM concurrency_resources WHERE namespace_id = %s"
+            " AND concurrency_key = %s FOR UPDATE",
+            (ns, key_b),
+        ),
+    )
+    try:
+        _, [second] = shell.call(
+            "worker_report_claim", ns, session, succeeded_items([first["attempt_id"]]), 1
+        )[:2]
+        assert second["task_id"] == tasks_a[1]
+        assert int(second["concurrency_token"]) == int(first["concurrency_token"]) + 1
+        eng.start(session, second["attempt_id"])
+        _, granted = shell.call(
+            "worker_report_claim", ns, session, succeeded_items([second["attempt_id"]]), 2
+        )[:2]
+        assert [g["task_id"] for g in granted] == [tasks_a[2]]
+        assert eng.task(task_b)["lane"] == "READY"
+    finally:
+        hold.release()
+        shell.close()
+    [later] = eng.claim(session, 2)
+    assert later["task_id"] == task_b
+
+
 # Exact limits under concurrency ---------------------------------------------------------------
 
 
