@@ -9,6 +9,9 @@ design, and Orbit's ratio to it what Orbit spends beyond them. Per change, beyon
 - submit: the queue read for its quota and lease (a quota is exact, so every submission reads
   whether one is set), the Idempotency-Key looked up and recorded (K1), public ids (the API
   names tasks and attempts by them), the history row's actor;
+- the tasks' indexes SPEC's reads need: the claim's in priority order (W2), the lanes where
+  a retry's backoff and a deadline end (SPEC 3), and one per filter of `GET /v1/tasks` with
+  its cursor (queue, state, business key, concurrency key, none);
 - claim: the session row locked for its free capacity and counted (W2), the recovery probe
   over the queue's expired leases (SPEC 3: recovery runs inside claims), a public id and a
   lease for the attempt, its queue permit row (K5), the answer's task read back;
@@ -18,8 +21,8 @@ design, and Orbit's ratio to it what Orbit spends beyond them. Per change, beyon
   deleted and the session's count given back (K6, W2).
 
 Left out, as no design needs them on this path: keys, tokens, limits that are not set, the
-namespace gates, more than one queue a session, fairness across sessions, the task detail
-Orbit's answers carry beyond a few columns, and indexes that only reads elsewhere use.
+namespace gates, more than one queue a session, fairness across sessions, and the task
+detail Orbit's answers carry beyond a few columns.
 """
 
 from __future__ import annotations
@@ -40,10 +43,19 @@ DDL = (
     " public_id CHAR(32) NOT NULL UNIQUE, queue BIGINT UNSIGNED NOT NULL, capacity INT NOT NULL,"
     " in_flight INT NOT NULL, last_seen DATETIME(6) NOT NULL)"
     " ENGINE=InnoDB COMMENT='SPEC floor: worker sessions'",
+    # The indexes SPEC's reads need: the claim in priority order (W2), a backoff's and a
+    # deadline's wait ending (SPEC 3), and GET /v1/tasks by each of its filters with a cursor.
     "CREATE TABLE {f}.spec_tasks (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,"
-    " public_id CHAR(32) NOT NULL UNIQUE, queue BIGINT UNSIGNED NOT NULL,"
-    " state VARCHAR(16) NOT NULL, payload JSON NOT NULL, result MEDIUMTEXT NULL,"
-    " created_at DATETIME(6) NOT NULL, KEY ix_claim (queue, state, id))"
+    " public_id CHAR(32) NOT NULL UNIQUE, namespace_id BIGINT UNSIGNED NOT NULL DEFAULT 1,"
+    " queue BIGINT UNSIGNED NOT NULL, state VARCHAR(16) NOT NULL, priority TINYINT NOT NULL,"
+    " business_key VARCHAR(255) NULL, concurrency_key VARCHAR(191) NOT NULL DEFAULT '',"
+    " available_at DATETIME(6) NOT NULL, deadline_at DATETIME(6) NULL,"
+    " payload JSON NOT NULL, result MEDIUMTEXT NULL, created_at DATETIME(6) NOT NULL,"
+    " KEY ix_claim (queue, state, priority, id), KEY ix_due (queue, state, available_at),"
+    " KEY ix_deadline (state, deadline_at), KEY ix_ns (namespace_id, id),"
+    " KEY ix_ns_state (namespace_id, state, id), KEY ix_ns_queue (namespace_id, queue, id),"
+    " KEY ix_ns_business (namespace_id, business_key, id),"
+    " KEY ix_ns_key (namespace_id, concurrency_key, id))"
     " ENGINE=InnoDB COMMENT='SPEC floor: tasks'",
     "CREATE TABLE {f}.spec_idempotency (queue BIGINT UNSIGNED NOT NULL,"
     " idem_key VARCHAR(255) NOT NULL, fingerprint CHAR(64) NOT NULL,"
@@ -80,8 +92,9 @@ DDL = (
        WHERE queue = v_queue AND idem_key = p_key;
       IF v_task IS NULL THEN
         SET v_now = UTC_TIMESTAMP(6);
-        INSERT INTO {f}.spec_tasks (public_id, queue, state, payload, created_at)
-          VALUES (REPLACE(UUID(), '-', ''), v_queue, 'WAITING', p_payload, v_now);
+        INSERT INTO {f}.spec_tasks (public_id, queue, state, priority, available_at, payload,
+                                    created_at)
+          VALUES (REPLACE(UUID(), '-', ''), v_queue, 'WAITING', 5, v_now, p_payload, v_now);
         SET v_task = LAST_INSERT_ID();
         INSERT INTO {f}.spec_idempotency VALUES (v_queue, p_key, p_fp, v_task);
         INSERT INTO {f}.spec_history (task, what, who, at)
@@ -118,7 +131,7 @@ DDL = (
         INTO v_due;
       IF v_in_flight < v_capacity THEN
         SELECT id INTO v_task FROM {f}.spec_tasks WHERE queue = v_queue AND state = 'WAITING'
-         ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED;
+         ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED;
       END IF;
       IF v_task IS NOT NULL THEN
         INSERT INTO {f}.spec_attempts (public_id, task, queue, session, state, lease_expires)
