@@ -219,9 +219,9 @@ BEGIN
       END IF;
       SELECT SUM(keyed), SUM(late) INTO v_keyed, v_bad FROM claim_candidates_mem WHERE take = 1;
       IF v_keyed > 0 THEN
-        -- The key rows are locked above (keys_lock, or by the caller's results, which promoted
-        -- these candidates). STRAIGHT_JOIN: from the candidates to
-        -- their rows, never from a key to its (parked) tasks.
+        -- The key rows are locked above (keys_lock), or by the caller's results, which
+        -- promoted these candidates. STRAIGHT_JOIN: from the candidates to their rows, never
+        -- from a key to its (parked) tasks.
         CALL token_range(v_floor, v_ceiling);
         UPDATE claim_candidates_mem c
           STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
