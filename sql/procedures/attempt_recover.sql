@@ -40,7 +40,7 @@ BEGIN
       -- Released at the clock read now, after the row locks: v_now was read before them (the
       -- lease's test), and a release must not be stamped before a change it waited for.
       CALL attempt_release(p_attempt_id, v_app, v_queue, v_session, 'EXPIRED', v_limits,
-                           UTC_TIMESTAMP(6), COALESCE(v_token, 0) > 0);
+                           UTC_TIMESTAMP(6), v_token);
       -- Counted with this attempt, EXPIRED now; uq_attempts_number reads only the task's.
       SELECT COUNT(*) INTO v_unstarted FROM attempts WHERE task_id = v_task AND state = 'EXPIRED';
       IF v_deadline IS NOT NULL AND v_deadline <= v_now THEN
@@ -62,7 +62,7 @@ BEGIN
       END IF;
     ELSE
       CALL attempt_release(p_attempt_id, v_app, v_queue, v_session, 'UNKNOWN', v_limits,
-                           UTC_TIMESTAMP(6), COALESCE(v_token, 0) > 0);
+                           UTC_TIMESTAMP(6), v_token);
       UPDATE tasks SET state = 'NEEDS_REVIEW', lane = NULL, updated_at = v_now WHERE id = v_task;
       CALL history_add(v_task, v_ns, p_attempt_id, v_token, 'LEASE_EXPIRED', 'RUNNING',
                        'NEEDS_REVIEW', p_actor, 'lease expired while running; outcome unknown');

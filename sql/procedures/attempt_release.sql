@@ -7,9 +7,9 @@
 -- max_unfinished), and the instant to stamp, read by the caller after its row locks: a
 -- result passes the one its other rows get, so a retry's wait counts from the attempt's
 -- finish. p_new_state NULL: the caller wrote the attempt's state and finished_at itself (a
--- result, in the UPDATE that stores its outcome). p_keyed: the attempt holds a concurrency
--- token (every keyed grant has one, at least 1; an unkeyed attempt has none), so a KEY permit
--- is looked for only then.
+-- result, in the UPDATE that stores its outcome). p_token: the attempt's concurrency token;
+-- every keyed grant has one (at least 1) and an unkeyed attempt none (NULL or 0), so a KEY
+-- permit is looked for only when it is above 0.
 -- Deletes the QUEUE and KEY permit rows, decrements the session's in_flight and the active
 -- counters that are kept (bits 1 and 4), frees the key (holder NULL, version + 1) and
 -- promotes the next parked task.
@@ -20,7 +20,7 @@
 CREATE PROCEDURE attempt_release(IN p_attempt_id BIGINT UNSIGNED, IN p_app BIGINT UNSIGNED,
                                  IN p_queue BIGINT UNSIGNED, IN p_session BIGINT UNSIGNED,
                                  IN p_new_state VARCHAR(20), IN p_limits TINYINT UNSIGNED,
-                                 IN p_now DATETIME(6), IN p_keyed TINYINT)
+                                 IN p_now DATETIME(6), IN p_token BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
@@ -30,7 +30,7 @@ BEGIN
   END IF;
   UPDATE worker_sessions SET in_flight = in_flight - 1 WHERE id = p_session;
   -- The KEY permit row names the resource (uq_permits_attempt); lock it and re-check the holder.
-  IF p_keyed THEN
+  IF p_token > 0 THEN
     SELECT r.id INTO v_resource
       FROM permits p JOIN concurrency_resources r ON r.id = p.scope_id
      WHERE p.attempt_id = p_attempt_id AND p.kind = 'KEY' AND r.holder_attempt_id = p_attempt_id

@@ -106,7 +106,7 @@ BEGIN
                         error = p_error, result_sha256 = v_fp, state = v_end, finished_at = v_now
      WHERE id = v_attempt;
     CALL attempt_release(v_attempt, v_app, v_queue, v_session, NULL, v_limits, v_now,
-                         COALESCE(v_token, 0) > 0);
+                         v_token);
 
     IF v_end = 'SUCCEEDED' THEN
       CALL task_finish(v_task, v_app, v_queue, 'SUCCEEDED', p_result, NULL, v_limits);

@@ -54,7 +54,7 @@ BEGIN
                      p_actor, NULL);
   ELSEIF v_state = 'LEASED' AND v_attempt_state = 'LEASED' THEN
     CALL attempt_release(v_attempt, v_app, v_queue, v_session, 'CANCELLED', v_limits,
-                         UTC_TIMESTAMP(6), COALESCE(v_token, 0) > 0);
+                         UTC_TIMESTAMP(6), v_token);
     CALL task_finish(v_task, v_app, v_queue, 'CANCELLED', NULL, NULL, v_limits);
     CALL history_add(v_task, p_namespace_id, v_attempt, v_token, 'CANCELLED', 'LEASED',
                      'CANCELLED', p_actor, 'cancelled before start; permits released');
