@@ -158,18 +158,20 @@ BEGIN
     -- it. When this transaction holds key rows already (p_skip_keys), a row another holds is
     -- skipped and its candidate left READY for a later claim: waiting for it here, out of key
     -- order, could close a cycle with a submission that holds it and waits for one of ours.
-    IF v_found > 1 OR p_skip_keys THEN  -- counted only where the answer decides something
+    -- Counted only where the answer decides something: the keyed candidates, and those whose
+    -- key row this transaction does not hold yet. A candidate the caller's results just
+    -- promoted (worker_report_claim's group path, result_next_mem) is of a key row it holds:
+    -- nothing to wait for or skip, so when every keyed candidate is one (a hot key's turn)
+    -- keys_lock is not needed.
+    IF p_skip_keys THEN
+      SELECT COALESCE(SUM(c.keyed), 0), COALESCE(SUM(c.keyed = 1 AND n.next_task IS NULL), 0)
+        INTO v_keyed, v_unheld
+        FROM claim_candidates_mem c LEFT JOIN result_next_mem n ON n.next_task = c.task_id;
+    ELSEIF v_found > 1 THEN
       SELECT COALESCE(SUM(keyed), 0) INTO v_keyed FROM claim_candidates_mem;
+      SET v_unheld = v_keyed;  -- a claim alone holds no key row before keys_lock
     END IF;
-    IF v_keyed > 0 AND p_skip_keys THEN
-      -- A candidate the caller's results just promoted (worker_report_claim's group path,
-      -- result_next_mem) is of a key row this transaction holds: nothing to wait for or skip.
-      -- When every keyed candidate is one (a hot key's turn), keys_lock is not needed.
-      SELECT COUNT(*) INTO v_unheld
-        FROM claim_candidates_mem c LEFT JOIN result_next_mem n ON n.next_task = c.task_id
-       WHERE c.keyed = 1 AND n.next_task IS NULL;
-    END IF;
-    IF v_keyed > 0 AND ((v_found > 1 AND NOT p_skip_keys) OR v_unheld > 0) THEN
+    IF v_unheld > 0 THEN
       SELECT JSON_ARRAYAGG(t.concurrency_key) INTO v_key_list
         FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.keyed = 1;
