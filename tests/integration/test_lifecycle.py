@@ -12,7 +12,7 @@ import pytest
 
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
-from tests.engine import Engine, queue_counts
+from tests.engine import Engine, queue_counts, sweep
 
 U64_MAX = 18446744073709551615
 
@@ -75,7 +75,7 @@ def test_running_holder_past_its_lease_goes_to_review_and_its_late_result_is_ref
     eng.start(old, a["attempt_id"])
     eng.expire(a["attempt_id"])
     # Recovered by this sweep, or by a running server's sweeper: either way, exactly once.
-    database.call("lease_sweep", 100)
+    sweep(database)
     assert eng.task(task)["state"] == "NEEDS_REVIEW"
     assert eng.resource("review/k")["holder_attempt_id"] is None
     with pytest.raises(errors.LeaseLost):
@@ -214,7 +214,7 @@ def test_waiting_task_past_deadline_ends_deadline_exceeded(eng, database, orbit_
             (task,),
         )
     conn.close()
-    database.call("lease_sweep", 100)
+    sweep(database)
     assert eng.task(task)["state"] == "DEADLINE_EXCEEDED"
     follower = eng.submit("deadline/k")
     session, _ = eng.hello()
@@ -394,7 +394,7 @@ def test_l3_a_task_never_started_fails_after_max_attempts_dispatches_and_frees_i
         assert (a["task_id"], a["attempt_number"]) == (task, number)
         tokens.append(int(a["concurrency_token"]))
         eng.expire(a["attempt_id"])
-        eng.db.call("lease_sweep", 100)
+        sweep(eng.db)
     row = eng.task(task)
     assert row["state"] == "FAILED" and row["attempts_used"] == 3
     assert json.loads(row["error"])["code"] == "NEVER_STARTED"
@@ -420,7 +420,7 @@ def test_l3_started_attempts_do_not_count_toward_the_dispatch_bound(eng):
     for _ in range(2):
         [b] = eng.claim(session, 1)
         eng.expire(b["attempt_id"])
-        eng.db.call("lease_sweep", 100)
+        sweep(eng.db)
     assert eng.task(task)["state"] == "WAITING"
     [c] = eng.claim(session, 1)
     assert c["attempt_number"] == 4

@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from orbit_shell import errors
 from tests.conftest import make_tenant
-from tests.engine import Engine, queue_counts, submit_item
+from tests.engine import Engine, queue_counts, submit_item, sweep
 
 KEYS = ["", "m/a", "m/b"]
 OUTCOMES = [("succeeded", 0), ("failed", 1), ("failed", 0), ("unknown", 0)]
@@ -166,7 +166,7 @@ def machine(database, tmp_path):
         def time_passes(self, data):
             if self.attempts:
                 self.eng.expire(data.draw(st.sampled_from(self.attempts))[1])
-                database.call("lease_sweep", 100)
+                sweep(database)
 
         @invariant()
         def one_holder_per_key(self):

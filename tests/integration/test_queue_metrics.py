@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from orbit_shell.server.app import create_app
 from orbit_shell.server.config import Config
-from tests.engine import Engine
+from tests.engine import Engine, sweep
 from tests.helpers import Session, submit
 
 
@@ -36,7 +36,7 @@ def test_per_queue_gauges_count_ready_parked_held_and_expired(orbit_dsn, databas
     other = Session(client, tenant, capacity=5)
     leased = [a for a in other.claim(5) if a["task"]["task_id"] == expiring["task_id"]]
     Engine(database, tenant).expire(leased[0]["attempt_id"])
-    database.call("lease_sweep", 100)
+    sweep(database)
     page = client.simulate_get("/metrics").text
     gauges = _gauges(page, tenant.queue_id)
     assert gauges["orbit_queue_parked_tasks"] == 2
