@@ -220,6 +220,44 @@ class Cluster:
             [row] = node.sql(f"SELECT MASTER_GTID_WAIT('{target}', {timeout}) AS r")
             assert row["r"] == 0, f"replica {node.where} did not catch up with {target}"
 
+    def describe(self) -> list[dict]:
+        """Each server's state as the checker last saw it: whether it answers, takes writes,
+        replicates and waits for semi-sync acknowledgements (printed when a run ends with
+        tasks it could not read, so that a stalled cluster says why)."""
+        out = []
+        for i, node in enumerate(self.nodes):
+            row: dict = {"node": node.where, "primary": i == self.primary}
+            try:
+                [ro] = node.sql(
+                    "SELECT @@global.read_only AS read_only, "
+                    "@@global.gtid_current_pos AS gtid, @@global.max_connections AS max_conn"
+                )
+                row.update(ro)
+                status = node.sql(
+                    "SHOW GLOBAL STATUS WHERE Variable_name IN ('Threads_connected', "
+                    "'Rpl_semi_sync_master_status', 'Rpl_semi_sync_master_clients', "
+                    "'Rpl_semi_sync_master_wait_sessions', 'Rpl_semi_sync_slave_status')"
+                )
+                row.update({r["Variable_name"]: r["Value"] for r in status})
+                slave = node.sql("SHOW SLAVE STATUS")
+                if slave:
+                    s = slave[0]
+                    row["slave"] = {
+                        k: s[k]
+                        for k in (
+                            "Master_Port",
+                            "Slave_IO_Running",
+                            "Slave_SQL_Running",
+                            "Last_IO_Error",
+                            "Last_SQL_Error",
+                            "Gtid_IO_Pos",
+                        )
+                    }
+            except pymysql.MySQLError as exc:
+                row["error"] = repr(exc)
+            out.append(row)
+        return out
+
     def replicas(self) -> list[int]:
         return [i for i in range(len(self.nodes)) if i != self.primary]
 

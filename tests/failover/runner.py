@@ -285,6 +285,7 @@ def scenario(work: Path, failovers: int, control: bool, run_seconds: float) -> d
         states = run.drain(producers, timeout=60 if not control else 10)
         started, wrote = run.records()
         acked = {t for p in producers for t in p.acknowledged}
+        cluster = run.cluster.describe()
         first_claims = []
         for kill, epoch in zip(run.kills, run.epochs, strict=True):
             # The first grant of the new primary: in its epoch (the control raises none, so
@@ -301,6 +302,9 @@ def scenario(work: Path, failovers: int, control: bool, run_seconds: float) -> d
             "acknowledged": len(acked),
             "acknowledged_lost": len(acked - set(states)),
             "unsettled": sum(1 for s in states.values() if s not in SETTLED),
+            # What the servers say when the checker could not read every task: why it stalled
+            # (read on every run, so the reading itself is exercised where it passes).
+            "cluster": cluster if len(states) < len(acked) else None,
             "kill_to_first_claim_s": {
                 "median": round(statistics.median(first_claims), 2) if first_claims else None,
                 "max": round(max(first_claims), 2) if first_claims else None,
