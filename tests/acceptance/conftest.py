@@ -18,15 +18,18 @@ def script(name: str) -> str:
     return os.path.join(os.path.dirname(sys.executable), name)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def orbit_server(orbit_process):
-    """The base URL of the session's `orbit` server."""
+    """The base URL of the acceptance tests' `orbit` server."""
     return orbit_process.url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def orbit_process(orbit_dsn, tmp_path_factory):
-    """`orbit` on a free port against the session database; yields the Popen (with .url)."""
+    """`orbit` on a free port against the session database; yields the Popen (with .url).
+    Stopped when the acceptance tests end: its sweeper would otherwise go on recovering
+    leases and due retries in the database the integration tests share, between a test's
+    clock move and the probe or claim it means to observe."""
     proc = launch_orbit(orbit_dsn, tmp_path_factory.mktemp("orbit") / "server.log")
     yield proc
     stop_orbit(proc)
