@@ -57,6 +57,11 @@ BEGIN
   DECLARE v_queue_ids MEDIUMTEXT;
   DECLARE v_locked_ids TEXT;
   DECLARE v_keys MEDIUMTEXT;
+  DECLARE v_seq INT;
+  DECLARE v_attempt BIGINT UNSIGNED;
+  DECLARE v_state VARCHAR(10);
+  DECLARE v_result MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+  DECLARE v_text MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
 
   SET v_session = p_session;
   IF v_session IS NOT NULL THEN
@@ -157,45 +162,41 @@ BEGIN
                        OR v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND < t.deadline_at));
       SET v_done = v_done + ROW_COUNT();
     END IF;
-    -- Joins run from the group's rows (or the batch) to the tables (STRAIGHT_JOIN): the
-    -- optimizer has no statistics for a temporary table and must not start from a large
-    -- table. Two forms of one change, alike but for the texts: a multi-table UPDATE keeps the
-    -- new values of the tables after the first in an internal temporary table, and MariaDB's
-    -- in-memory one holds no TEXT, so a result or error text column makes two on-disk tables.
-    -- A batch without any text (no-op handlers, results of None) need not pay for them: a
-    -- fifth of its call's time (bench/README.md).
-    IF v_texts = 0 THEN
-      UPDATE result_items_mem f
-        STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
-        STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
-         SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
-             a.result_sha256 = f.fp, a.state = f.state, a.finished_at = v_now,
-             t.state = IF(f.state = 'RETRY', 'WAITING', f.state),
-             t.lane = IF(f.state = 'RETRY', 'DELAYED', NULL),
-             t.available_at = IF(f.state = 'RETRY',
-                                 v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND, t.available_at),
-             t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
-    ELSE
-      -- The batch's JSON is read once, each item then finding its group row by key.
-      UPDATE JSON_TABLE(p_items, '$[*]' COLUMNS (
-               seq FOR ORDINALITY,
-               result MEDIUMTEXT PATH '$.result', error MEDIUMTEXT PATH '$.error')) j
-        STRAIGHT_JOIN result_items_mem f ON f.seq = j.seq - 1
-        STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
-        STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
-         SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
-             a.result_sha256 = f.fp, a.state = f.state, a.finished_at = v_now,
-             a.result = NULLIF(j.result, ''), a.error = NULLIF(j.error, ''),
-             -- task_finish's effects for SUCCEEDED (the result kept) and FAILED (the error
-             -- kept); a retry waits in the DELAYED lane, its error kept, as task_enter_lane puts it.
-             t.state = IF(f.state = 'RETRY', 'WAITING', f.state),
-             t.lane = IF(f.state = 'RETRY', 'DELAYED', NULL),
-             t.available_at = IF(f.state = 'RETRY',
-                                 v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND, t.available_at),
-             t.result = IF(f.state = 'SUCCEEDED', COALESCE(NULLIF(j.result, ''), t.result), t.result),
-             t.error = IF(f.state = 'SUCCEEDED', t.error, COALESCE(NULLIF(j.error, ''), t.error)),
-             t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
-    END IF;
+    -- Joins run from the group's rows to the tables (STRAIGHT_JOIN): the optimizer has no
+    -- statistics for a temporary table and must not start from a large table. The texts are
+    -- not part of this statement: a multi-table UPDATE keeps the new values of the tables
+    -- after the first in an internal temporary table, MariaDB's in-memory one holds no TEXT,
+    -- and the on-disk ones it then makes cost a fifth of the call's time and, on MariaDB
+    -- 10.11, crashed a freshly promoted server in their error path (sql/README.md).
+    UPDATE result_items_mem f
+      STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+      STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+       SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
+           a.result_sha256 = f.fp, a.state = f.state, a.finished_at = v_now,
+           t.state = IF(f.state = 'RETRY', 'WAITING', f.state),
+           t.lane = IF(f.state = 'RETRY', 'DELAYED', NULL),
+           t.available_at = IF(f.state = 'RETRY',
+                               v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND, t.available_at),
+           t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
+    -- The texts, item by item in seq order, each row by its primary key (rows this call holds
+    -- already): task_finish's effects for SUCCEEDED (the result kept) and FAILED (the error
+    -- kept); a retry waits with its error kept, as task_enter_lane puts it.
+    SET v_seq = -1;
+    WHILE v_texts > 0 DO
+      SELECT seq, attempt_id, task_id, state INTO v_seq, v_attempt, v_task, v_state
+        FROM result_items_mem WHERE texts = 1 AND seq > v_seq ORDER BY seq LIMIT 1;
+      SET v_item = JSON_EXTRACT(p_items, CONCAT('$[', v_seq, ']'));
+      SET v_result = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.result')) = 'NULL', NULL,
+                        NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.result')), '')),
+          v_text = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.error')) = 'NULL', NULL,
+                      NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.error')), ''));
+      UPDATE attempts SET result = v_result, error = v_text WHERE id = v_attempt;
+      UPDATE tasks
+         SET result = IF(v_state = 'SUCCEEDED', COALESCE(v_result, result), result),
+             error = IF(v_state = 'SUCCEEDED', error, COALESCE(v_text, error))
+       WHERE id = v_task;
+      SET v_texts = v_texts - 1;
+    END WHILE;
     -- The counters kept: a queue's where it has a limit, the application's where it has a
     -- quota (their rows are locked above).
     IF v_queue_limits > 0 THEN

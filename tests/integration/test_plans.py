@@ -108,11 +108,13 @@ def disk_tables(conn) -> int:
         return int(cur.fetchone()["Value"])
 
 
-def test_a_batch_cycle_without_texts_makes_no_on_disk_temporary_table(young):
+@pytest.mark.parametrize("texts", [False, True], ids=["no-texts", "texts"])
+def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
     """MariaDB's in-memory internal temporary tables hold no TEXT: a join sorted by a column of
     its second table (the submission's payload rode along) and a multi-table UPDATE carrying
-    result or error text each made on-disk ones, a fifth of the call's time. Submissions
-    always carry a payload; results here carry no text, the no-op handler's case."""
+    result or error text each made on-disk ones, a fifth of the call's time (and the latter
+    crashed a freshly promoted MariaDB 10.11 in their error path). Submissions always carry
+    a payload; results carry no text (the no-op handler's case) or a result and an error."""
     database, tenant = young
     [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
     sid, ns = session_on(database, tenant, "disk", 10), tenant.namespace_id
@@ -131,8 +133,11 @@ def test_a_batch_cycle_without_texts_makes_no_on_disk_temporary_table(young):
         call_reads(conn, "attempt_start_many", ns, sid, json.dumps(ids), 0)
         made["start"] = disk_tables(conn) - before
         outcomes = [
-            {"attempt_id": a, "outcome": o, "retryable": r, "result": "", "error": ""}
-            for a, (o, r) in zip(ids, itertools.cycle([("succeeded", 0), ("failed", 1)]))
+            {"attempt_id": a, "outcome": o, "retryable": r,
+             "result": f'{{"n": {n}}}' if texts and o == "succeeded" else "",
+             "error": f"boom {n}" if texts and o == "failed" else ""}
+            for n, (a, (o, r)) in enumerate(
+                zip(ids, itertools.cycle([("succeeded", 0), ("failed", 1), ("failed", 0)])))
         ]
         before = disk_tables(conn)
         _, answers = call_reads(conn, "attempt_result_many", ns, sid, json.dumps(outcomes))
@@ -141,6 +146,22 @@ def test_a_batch_cycle_without_texts_makes_no_on_disk_temporary_table(young):
         conn.close()
     assert len(ids) >= 6 and [a["item_error"] for a in answers] == [None] * len(ids)
     assert made == {"submit": 0, "claim": 0, "start": 0, "result": 0}
+    # The texts landed where attempt_result_one puts them: the attempt keeps both, the task
+    # its result when it succeeded and its error otherwise (a retry's too).
+    stored = database.query(
+        "SELECT a.public_id, a.result AS a_result, a.error AS a_error, t.state,"
+        " t.result AS t_result, t.error AS t_error"
+        " FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.namespace_id = %s", (ns,))
+    by_id = {row["public_id"]: row for row in stored}
+    for item in outcomes:
+        row = by_id[item["attempt_id"]]
+        result, error = item["result"] or None, item["error"] or None
+        assert (row["a_result"], row["a_error"]) == (result, error)
+        if item["outcome"] == "succeeded":
+            assert (row["state"], row["t_result"], row["t_error"]) == ("SUCCEEDED", result, None)
+        else:
+            assert row["state"] in ("WAITING", "FAILED") and row["t_error"] == error
+            assert row["t_result"] is None
 
 
 def backdate(conn, sql: str, *args) -> int:
