@@ -10,6 +10,8 @@ never share one). Prints the median wall time of each call and the mariadbd CPU 
 
     python bench/ab.py --rounds 300 --batch 10 worker_claim=/tmp/worker_claim.sql
 
+--result TEXT makes every result carry TEXT (a handler that returns something).
+
 Without ORBIT_MYSQL_DSN it uses the bench's private server (.scratch/bench-db) and installs
 this tree's schema and routines there first.
 """
@@ -82,6 +84,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--batch", type=int, default=10)
+    parser.add_argument(
+        "--result", default="", help="the text each result carries (default: none, a no-op's)"
+    )
     parser.add_argument("variants", nargs="+", metavar="NAME=FILE")
     args = parser.parse_args()
     variants = {}
@@ -123,7 +128,7 @@ def main() -> int:
                 cpu[side][call] += measures.db_cpu_seconds(pids) - c0
             return out
 
-        claimed = bench.batch_cycle(timed, queue, session, args.batch)
+        claimed = bench.batch_cycle(timed, queue, session, args.batch, args.result)
         if len(claimed) != args.batch:
             raise SystemExit(f"{side}: claimed {len(claimed)} of {args.batch}")
 

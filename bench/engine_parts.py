@@ -244,10 +244,12 @@ class Bench:
         )
 
     @staticmethod
-    def batch_results(attempt_ids: list[str]) -> str:
+    def batch_results(attempt_ids: list[str], result: str = "") -> str:
+        """Successes of ``attempt_ids``, each with ``result`` as its text ('' for none)."""
         return json.dumps(
             [
-                {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}
+                {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": result,
+                 "error": ""}
                 for a in attempt_ids
             ]
         )
@@ -364,16 +366,17 @@ class Bench:
             "db_cpu_ms_per_task": 1000 * cpu / (turns * keys),
         }
 
-    def batch_cycle(self, call, queue: int, sid: str, batch: int) -> list[str]:
+    def batch_cycle(self, call, queue: int, sid: str, batch: int, result: str = "") -> list[str]:
         """One round of the batch cycle through ``call(procedure, *args)``: submit ``batch``
         no-op tasks, claim up to ``batch``, start and report what was claimed (nothing when
-        the claim came back empty). Returns the claimed attempts' ids."""
+        the claim came back empty), each with ``result`` as its text. Returns the claimed
+        attempts' ids."""
         call("task_submit_many", self.ns, "bench", self.batch_items(queue, batch))
         [rows] = call("worker_claim", self.ns, sid, batch)[:1]
         ids = [r["attempt_id"] for r in rows]
         if ids:
             call("attempt_start_many", self.ns, sid, json.dumps(ids), 0)
-            call("attempt_result_many", self.ns, sid, self.batch_results(ids))
+            call("attempt_result_many", self.ns, sid, self.batch_results(ids, result))
         return ids
 
     def procedure_batched(self, threads: int, seconds: float, batch: int = 10) -> dict:
