@@ -160,6 +160,19 @@ class Node:
     def position(self) -> str:
         return self.sql("SELECT @@global.gtid_current_pos AS pos")[0]["pos"]
 
+    def settled_position(self, timeout: float = 10.0) -> str:
+        """What this replica has applied once it applied what it received (or ``timeout``
+        passed): right after a kill its relay log may hold writes it has not applied yet."""
+        deadline = time.monotonic() + timeout
+        while True:
+            received = self.sql("SHOW SLAVE STATUS")[0]["Gtid_IO_Pos"]
+            applied = self.position()
+            if not ahead(gtid_position(received), gtid_position(applied)):
+                return applied
+            if time.monotonic() > deadline:
+                return applied
+            time.sleep(0.05)
+
 
 class Cluster:
     """``size`` servers; ``primary`` is the index of the one that takes writes."""
@@ -263,10 +276,12 @@ class Cluster:
 
     def most_advanced_replica(self) -> int:
         """The replica holding the most of the old primary's writes (any acknowledged write
-        under semi-sync is on at least one replica, and replicas apply in order)."""
+        under semi-sync is on at least one replica, and replicas apply in order), each read
+        once it applied what it received: promote compares the others' applied positions
+        with the target's after the target applied everything it had."""
         best, best_pos = None, None
         for i in self.replicas():
-            pos = gtid_position(self.nodes[i].position())
+            pos = gtid_position(self.nodes[i].settled_position())
             if best is None or ahead(pos, best_pos):  # promote's own comparison
                 best, best_pos = i, pos
         return best

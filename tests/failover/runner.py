@@ -147,10 +147,12 @@ class Run:
             for i in cluster.replicas():
                 cluster.nodes[i].sql("STOP SLAVE IO_THREAD")
             time.sleep(1.0)
-        target = cluster.most_advanced_replica()
         self.kills.append(time.monotonic())
         if kill:
+            # Chosen after the kill: a replica chosen before it could fall behind the other
+            # one by what the dying primary still sent, and promote then refuses it.
             cluster.nodes[old].kill()
+        target = cluster.most_advanced_replica()
         others = [cluster.nodes[i].admin_dsn() for i in cluster.replicas() if i != target]
         if self.control:
             cluster.nodes[target].sql("STOP SLAVE", "RESET SLAVE ALL", "SET GLOBAL read_only = OFF")
