@@ -57,7 +57,9 @@ BEGIN
   DECLARE v_queue_ids MEDIUMTEXT;
   DECLARE v_locked_ids TEXT;
   DECLARE v_keys MEDIUMTEXT;
-  DECLARE v_seq INT;
+  DECLARE v_text_seqs TEXT DEFAULT '';
+  DECLARE v_grouped TINYINT DEFAULT 0;
+  DECLARE v_texted TINYINT DEFAULT 0;
   DECLARE v_attempt BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(10);
   DECLARE v_result MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -147,9 +149,11 @@ BEGIN
   IF v_fast > 0 THEN
     -- What the group holds decides which steps below it needs: a batch of successes without
     -- keys skips the retry statement and the keys' four, one without limits the counters.
-    SELECT GROUP_CONCAT(seq), SUM(state = 'RETRY'), SUM(texts), SUM(resource_id > 0),
-           MIN(queue_id), MAX(queue_id), BIT_OR(limits)
-      INTO v_fast_seqs, v_retries, v_texts, v_keyed, v_queue_low, v_queue_high, v_queue_limits
+    SELECT GROUP_CONCAT(seq), COALESCE(GROUP_CONCAT(IF(texts = 1, seq, NULL)), ''),
+           SUM(state = 'RETRY'), SUM(texts), SUM(resource_id > 0), MIN(queue_id), MAX(queue_id),
+           BIT_OR(limits)
+      INTO v_fast_seqs, v_text_seqs, v_retries, v_texts, v_keyed, v_queue_low, v_queue_high,
+           v_queue_limits
       FROM result_items_mem;
     SET v_done = v_fast - v_retries;
     IF v_retries > 0 THEN
@@ -164,10 +168,11 @@ BEGIN
     END IF;
     -- Joins run from the group's rows to the tables (STRAIGHT_JOIN): the optimizer has no
     -- statistics for a temporary table and must not start from a large table. The texts are
-    -- not part of this statement: a multi-table UPDATE keeps the new values of the tables
-    -- after the first in an internal temporary table, MariaDB's in-memory one holds no TEXT,
-    -- and the on-disk ones it then makes cost a fifth of the call's time and, on MariaDB
-    -- 10.11, crashed a freshly promoted server in their error path (sql/README.md).
+    -- not part of this statement (they are written by key in the item loop below): a
+    -- multi-table UPDATE keeps the new values of the tables after the first in an internal
+    -- temporary table, MariaDB's in-memory one holds no TEXT, and the on-disk ones it then
+    -- makes cost a fifth of the call's time and, on MariaDB 10.11, crashed a freshly
+    -- promoted server in their error path (sql/README.md).
     UPDATE result_items_mem f
       STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
       STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
@@ -178,25 +183,6 @@ BEGIN
            t.available_at = IF(f.state = 'RETRY',
                                v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND, t.available_at),
            t.updated_at = v_now, t.finished_at = IF(f.state = 'RETRY', t.finished_at, v_now);
-    -- The texts, item by item in seq order, each row by its primary key (rows this call holds
-    -- already): task_finish's effects for SUCCEEDED (the result kept) and FAILED (the error
-    -- kept); a retry waits with its error kept, as task_enter_lane puts it.
-    SET v_seq = -1;
-    WHILE v_texts > 0 DO
-      SELECT seq, attempt_id, task_id, state INTO v_seq, v_attempt, v_task, v_state
-        FROM result_items_mem WHERE texts = 1 AND seq > v_seq ORDER BY seq LIMIT 1;
-      SET v_item = JSON_EXTRACT(p_items, CONCAT('$[', v_seq, ']'));
-      SET v_result = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.result')) = 'NULL', NULL,
-                        NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.result')), '')),
-          v_text = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.error')) = 'NULL', NULL,
-                      NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.error')), ''));
-      UPDATE attempts SET result = v_result, error = v_text WHERE id = v_attempt;
-      UPDATE tasks
-         SET result = IF(v_state = 'SUCCEEDED', COALESCE(v_result, result), result),
-             error = IF(v_state = 'SUCCEEDED', error, COALESCE(v_text, error))
-       WHERE id = v_task;
-      SET v_texts = v_texts - 1;
-    END WHILE;
     -- The counters kept: a queue's where it has a limit, the application's where it has a
     -- quota (their rows are locked above).
     IF v_queue_limits > 0 THEN
@@ -264,13 +250,34 @@ BEGIN
     END IF;
   END IF;
 
+  -- The items in order: the group's that carry a text get it written, each row by its primary
+  -- key (rows this call holds already); every other item goes through attempt_result_one.
   SET v_n = JSON_LENGTH(p_items);
-  WHILE v_i < v_n AND v_fast < v_n DO  -- nothing left when the group holds every item
-    IF v_fast = 0 OR FIND_IN_SET(v_i, v_fast_seqs) = 0 THEN
+  WHILE v_i < v_n AND (v_fast < v_n OR v_texts > 0) DO  -- nothing left for the group's rest
+    SET v_grouped = v_fast > 0 AND FIND_IN_SET(v_i, v_fast_seqs) > 0;
+    SET v_texted = v_grouped AND FIND_IN_SET(v_i, v_text_seqs) > 0;
+    IF v_texted OR NOT v_grouped THEN
       -- The item read out of the batch once: each JSON_EXTRACT over the whole batch reads all
       -- of it again (~0.1 ms at 100 items on MariaDB, which keeps JSON as text); a field per
       -- call made the per-item path cost half its time parsing (bench/README.md).
       SET v_item = JSON_EXTRACT(p_items, CONCAT('$[', v_i, ']'));
+      SET v_result = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.result')) = 'NULL', NULL,
+                        NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.result')), '')),
+          v_text = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.error')) = 'NULL', NULL,
+                      NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.error')), ''));
+    END IF;
+    IF v_texted THEN
+      -- task_finish's effects for SUCCEEDED (the result kept) and FAILED (the error kept); a
+      -- retry waits with its error kept, as task_enter_lane puts it.
+      SELECT attempt_id, task_id, state INTO v_attempt, v_task, v_state
+        FROM result_items_mem WHERE seq = v_i;
+      UPDATE attempts SET result = v_result, error = v_text WHERE id = v_attempt;
+      UPDATE tasks
+         SET result = IF(v_state = 'SUCCEEDED', COALESCE(v_result, result), result),
+             error = IF(v_state = 'SUCCEEDED', error, COALESCE(v_text, error))
+       WHERE id = v_task;
+      SET v_texts = v_texts - 1;
+    ELSEIF NOT v_grouped THEN
       SET v_id = JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.attempt_id'));
       SET v_task = NULL, v_duplicate = NULL, v_error = NULL;
       SAVEPOINT batch_item;
@@ -283,12 +290,7 @@ BEGIN
         CALL attempt_result_one(
           p_namespace_id, v_session, p_session_public_id, v_id,
           JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.outcome')),
-          JSON_EXTRACT(v_item, '$.retryable'),
-          IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.result')) = 'NULL', NULL,
-             NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.result')), '')),
-          IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.error')) = 'NULL', NULL,
-             NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.error')), '')),
-          v_limits, v_task, v_duplicate);
+          JSON_EXTRACT(v_item, '$.retryable'), v_result, v_text, v_limits, v_task, v_duplicate);
       END item;
       SET v_out = JSON_ARRAY_APPEND(v_out, '$',
                     JSON_OBJECT('seq', v_i, 'attempt_id', v_id, 'task', COALESCE(v_task, 0),
