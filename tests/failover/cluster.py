@@ -167,9 +167,8 @@ class Node:
         while True:
             received = self.sql("SHOW SLAVE STATUS")[0]["Gtid_IO_Pos"]
             applied = self.position()
-            if not ahead(gtid_position(received), gtid_position(applied)):
-                return applied
-            if time.monotonic() > deadline:
+            caught_up = not ahead(gtid_position(received), gtid_position(applied))
+            if caught_up or time.monotonic() > deadline:
                 return applied
             time.sleep(0.05)
 
