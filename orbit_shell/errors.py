@@ -97,6 +97,15 @@ class Internal(OrbitError):
     """Internal error."""
 
 
+class QueueScoped(Internal):
+    """The credential is limited to some queues.
+
+    What a routine that authenticates its caller itself (``credential_check``) signals for
+    such a credential: the route then reads the credential and checks each item against its
+    queues before calling the routine that takes a namespace. No client is answered with it.
+    """
+
+
 BY_CODE: dict[str, type[OrbitError]] = {
     cls.code: cls
     for cls in (
@@ -115,6 +124,7 @@ BY_CODE: dict[str, type[OrbitError]] = {
         Internal,
     )
 }
+BY_CODE["QUEUE_SCOPED"] = QueueScoped  # its code stays INTERNAL: never an answer
 
 
 def field_error(field: str, message: str) -> InvalidArgument:

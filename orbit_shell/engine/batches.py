@@ -67,13 +67,25 @@ def submit_many(
     ]
 
 
+# Who a worker's batch call acts for: a namespace id (the caller checked the credential), or
+# a bearer credential ``(public id, token SHA-256)`` that the routine's ``*_as`` form checks
+# in the same call (credential_check).
+Caller = int | tuple[str, str]
+
+
+def _call(db: Database, routine: str, caller: Caller, *args: Any) -> list[list[dict[str, Any]]]:
+    if isinstance(caller, tuple):
+        return db.call(f"{routine}_as", *caller, *args)
+    return db.call(routine, caller, *args)
+
+
 def start_many(
-    db: Database, namespace_id: int, session_id: str, attempt_ids: list[str], brief: bool = False
+    db: Database, caller: Caller, session_id: str, attempt_ids: list[str], brief: bool = False
 ) -> list[dict[str, Any] | errors.OrbitError]:
     """attempt_start per id, in order: the attempt (now RUNNING) or the item's error; with
     ``brief`` only ``{attempt_id, state}`` of each started attempt."""
-    [rows] = db.call(
-        "attempt_start_many", namespace_id, session_id, json.dumps(attempt_ids), int(brief)
+    [rows] = _call(
+        db, "attempt_start_many", caller, session_id, json.dumps(attempt_ids), int(brief)
     )
     if brief:
         return [
@@ -88,24 +100,24 @@ def start_many(
 
 
 def result_many(
-    db: Database, namespace_id: int, session_id: str, items: list[dict[str, Any]]
+    db: Database, caller: Caller, session_id: str, items: list[dict[str, Any]]
 ) -> list[dict[str, Any] | errors.OrbitError]:
     """attempt_result per item, in order: ``{attempt_id, task_id, duplicate}`` or the item's
     error. Results and errors travel as the same canonical JSON text the single call sends, so
     a result repeated through either route is recognised as a duplicate."""
-    [rows] = db.call("attempt_result_many", namespace_id, session_id, _result_wire(items))
+    [rows] = _call(db, "attempt_result_many", caller, session_id, _result_wire(items))
     return _result_answers(rows)
 
 
 def report_claim(
-    db: Database, namespace_id: int, session_id: str, items: list[dict[str, Any]], max: int
+    db: Database, caller: Caller, session_id: str, items: list[dict[str, Any]], max: int
 ) -> tuple[list[dict[str, Any] | errors.OrbitError], list[dict[str, Any]]]:
     """worker_report_claim: ``result_many``'s answers for ``items``, then the rows of a claim
     of up to ``max`` (no long poll), committed together; the caller makes the ``task.assign``
     messages (``serialize.assignments`` or ``assignments_json``)."""
-    rows, granted = db.call(
-        "worker_report_claim", namespace_id, session_id, _result_wire(items), max
-    )[:2]
+    rows, granted = _call(db, "worker_report_claim", caller, session_id, _result_wire(items), max)[
+        :2
+    ]
     return _result_answers(rows), granted
 
 

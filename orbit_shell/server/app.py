@@ -83,9 +83,10 @@ class RequestContext:
 
     def process_resource(self, req, resp, resource, params) -> None:
         # A handler named in the resource's ``self_authenticating`` reads the credential in
-        # the same call as its change (POST /v1/tasks: one round trip, task_submit_as).
-        own = getattr(resource, "self_authenticating", ())
-        if own and (req.method, req.uri_template) in own:
+        # the same call as its change (POST /v1/tasks and the worker's calls after hello: one
+        # round trip, the ``*_as`` routines).
+        own = (req.method, req.uri_template) in getattr(resource, "self_authenticating", ())
+        if own:
             req.context.principal = None
         elif resource is not None and not getattr(resource, "auth_exempt", False):
             req.context.principal = auth.authenticate(self.db, req.get_header("Authorization"))
@@ -100,6 +101,8 @@ class RequestContext:
             else:
                 valid = bool((NUMBER_RE if name == "number" else HEX32).match(value))
             if not valid:
+                if own:  # who the caller is (401) before what it named (404), as elsewhere
+                    auth.authenticate(self.db, req.get_header("Authorization"))
                 raise errors.NotFound(f"{name.removesuffix('_id').replace('_', ' ')} not found")
 
     def process_response(self, req, resp, resource, req_succeeded) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import falcon
 
 from orbit_shell import errors
+from orbit_shell.server import auth
 from orbit_shell.server.scoped import Scope
 from orbit_shell.validation import Check, Shape, check_json_depth
 
@@ -72,10 +73,54 @@ def ok_text(req: falcon.Request, resp: falcon.Response, data: str) -> None:
 
 
 def scope(req: falcon.Request, needed: str) -> Scope:
-    """The caller's namespace scope, after checking it holds the ``needed`` scope."""
+    """The caller's namespace scope, after checking it holds the ``needed`` scope. On a
+    route whose routine authenticates the caller (the middleware read no credential) the
+    credential is read here."""
+    if req.context.principal is None:
+        req.context.principal = auth.authenticate(req.context.db, req.get_header("Authorization"))
     principal = req.context.principal
     principal.require(needed)
     return Scope(req.context.db, principal)
+
+
+def own_body(req: falcon.Request, shape: Shape, max_bytes: int, needed: str) -> dict[str, Any]:
+    """``read_json`` on a route whose routine authenticates the caller. A body it refuses is
+    answered as on every route, who the caller is and what it may do (401, 403) before what
+    it sent, so only that path reads the credential here."""
+    try:
+        return read_json(req, shape, max_bytes)
+    except errors.OrbitError:
+        scope(req, needed)
+        raise
+
+
+# Public ids of credentials limited to some queues, which a routine that authenticates its
+# caller refuses (QUEUE_SCOPED): their requests take the path that checks each item at once.
+# Which path a request takes is all this decides; both check the credential from the database.
+_QUEUE_SCOPED: dict[str, None] = {}
+QUEUE_SCOPED_MAX = 10_000
+
+
+def as_caller(
+    req: falcon.Request,
+    needed: str,
+    direct: Callable[[tuple[str, str]], Any],
+    scoped: Callable[[Scope], Any],
+) -> Any:
+    """A worker route's change in one round trip: ``direct((credential public id, token
+    SHA-256))`` calls the ``*_as`` routine, which authenticates the caller and checks
+    ``needed`` in the same call (a revoked credential is refused from its next request). A
+    credential limited to some queues is read first instead and each item checked against its
+    queues (SPEC L4) in ``scoped(scope)``, which calls the routine that takes a namespace."""
+    bearer = auth.bearer(req.get_header("Authorization"))
+    if bearer[0] not in _QUEUE_SCOPED:
+        try:
+            return direct(bearer)
+        except errors.QueueScoped:
+            if len(_QUEUE_SCOPED) >= QUEUE_SCOPED_MAX:
+                _QUEUE_SCOPED.clear()
+            _QUEUE_SCOPED[bearer[0]] = None
+    return scoped(scope(req, needed))
 
 
 def item(answer: Any, status: int = 200) -> dict[str, Any]:

@@ -9,7 +9,16 @@ import falcon
 
 from orbit_shell import validation
 from orbit_shell.engine import batches, serialize
-from orbit_shell.server.common import in_scope_batch, in_scope_results, item, ok, read_json, scope
+from orbit_shell.server.common import (
+    as_caller,
+    in_scope_batch,
+    in_scope_results,
+    item,
+    ok,
+    own_body,
+    read_json,
+    scope,
+)
 
 
 class Attempts:
@@ -47,30 +56,44 @@ class Attempts:
             },
         )
 
+    # The batch routes authenticate in their one database call (the ``*_as`` routines).
+    self_authenticating = (("POST", "/v1/attempts/start"), ("POST", "/v1/attempts/result"))
+
     def on_post_start_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
-        s = scope(req, "workers:consume")
-        body = read_json(req, validation.ATTEMPT_START_BATCH, self.max_body)
+        body = own_body(req, validation.ATTEMPT_START_BATCH, self.max_body, "workers:consume")
+        session, ids, brief = body["session_id"], body["attempt_ids"], body["brief"]
 
-        def prepare(attempt_id: str) -> str:
-            s.check_attempt_queue(attempt_id)
-            return attempt_id
+        def scoped(s) -> list:
+            def prepare(attempt_id: str) -> str:
+                s.check_attempt_queue(attempt_id)
+                return attempt_id
 
-        answers = in_scope_batch(
-            body["attempt_ids"],
-            prepare,
-            lambda ids: batches.start_many(
-                s.db, s.namespace_id, body["session_id"], ids, body["brief"]
-            ),
+            return in_scope_batch(
+                ids,
+                prepare,
+                lambda chosen: batches.start_many(s.db, s.namespace_id, session, chosen, brief),
+            )
+
+        answers = as_caller(
+            req,
+            "workers:consume",
+            lambda bearer: batches.start_many(req.context.db, bearer, session, ids, brief),
+            scoped,
         )
         ok(req, resp, {"results": [item(a) for a in answers]})
 
     def on_post_result_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
-        s = scope(req, "workers:consume")
-        body = read_json(req, validation.ATTEMPT_RESULT_BATCH, self.max_body)
-        answers = in_scope_results(
-            s,
-            body["results"],
-            lambda chosen: batches.result_many(s.db, s.namespace_id, body["session_id"], chosen),
+        body = own_body(req, validation.ATTEMPT_RESULT_BATCH, self.max_body, "workers:consume")
+        session, results = body["session_id"], body["results"]
+        answers = as_caller(
+            req,
+            "workers:consume",
+            lambda bearer: batches.result_many(req.context.db, bearer, session, results),
+            lambda s: in_scope_results(
+                s,
+                results,
+                lambda chosen: batches.result_many(s.db, s.namespace_id, session, chosen),
+            ),
         )
         ok(req, resp, {"results": [item(a) for a in answers]})
 

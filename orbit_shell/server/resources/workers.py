@@ -12,7 +12,16 @@ import falcon
 from orbit_shell import validation
 from orbit_shell.engine import batches, longpoll, serialize
 from orbit_shell.engine.db import peer_closed
-from orbit_shell.server.common import in_scope_results, item, ok, ok_text, read_json, scope
+from orbit_shell.server.common import (
+    as_caller,
+    in_scope_results,
+    item,
+    ok,
+    ok_text,
+    own_body,
+    read_json,
+    scope,
+)
 
 
 def peer_gone(sock: socket.socket | None) -> Callable[[], bool] | None:
@@ -56,17 +65,42 @@ class Workers:
         )
         ok_text(req, resp, f'{head[:-1]}, "in_flight": {serialize.assignments_json(in_flight)}}}')
 
-    def on_post_claim(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
-        s = scope(req, "workers:consume")
-        body = read_json(req, validation.WORKER_CLAIM, self.max_body)
-        s.check_session_queues(session_id)
+    # Claims and report-and-claim authenticate in their database call (the ``*_as``
+    # routines): one round trip where reading the credential first made two.
+    self_authenticating = (
+        ("POST", "/v1/workers/{session_id}/claim"),
+        ("POST", "/v1/workers/{session_id}/report-and-claim"),
+    )
 
-        def fetch() -> list:
+    def on_post_claim(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
+        """A claim at once (worker_claim_as); only a claim that found nothing and may wait
+        reads the credential, for the long poll's bounds and its probes."""
+        body = own_body(req, validation.WORKER_CLAIM, self.max_body, "workers:consume")
+        first: list = []
+
+        def scoped(s) -> list:
+            s.check_session_queues(session_id)
             return s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0]
 
-        if body["wait_ms"] == 0:
-            rows = fetch()
-        else:  # a long poll: bounded per process and credential, ended when the client goes
+        rows = as_caller(
+            req,
+            "workers:consume",
+            lambda bearer: req.context.db.call("worker_claim_as", *bearer, session_id, body["max"])[
+                0
+            ],
+            scoped,
+        )
+        if not rows and body["wait_ms"] > 0:
+            # A long poll: bounded per process and credential, ended when the client goes.
+            s = scope(req, "workers:consume")
+            s.check_session_queues(session_id)
+            first.append(rows)
+
+            def fetch() -> list:
+                if first:  # the claim just made is the poll's first
+                    return first.pop()
+                return s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0]
+
             with self.gate.admit(s.principal.credential_id):
                 rows = longpoll.poll(
                     fetch,
@@ -87,24 +121,31 @@ class Workers:
         """The results of a batch (each its own answer, as POST /v1/attempts/result), then a
         claim of up to ``max`` without the long poll, in one transaction: a worker's round
         between handlers finishing and new ones starting, one call instead of two."""
-        s = scope(req, "workers:consume")
-        body = read_json(req, validation.WORKER_REPORT_CLAIM, self.max_body)
-        s.check_session_queues(session_id)
+        body = own_body(req, validation.WORKER_REPORT_CLAIM, self.max_body, "workers:consume")
+        results, most = body["results"], body["max"]
         granted: list = []
 
-        def run(chosen: list[dict]) -> list:
-            answers, rows = batches.report_claim(
-                s.db, s.namespace_id, session_id, chosen, body["max"]
-            )
+        def scoped(s) -> list:
+            s.check_session_queues(session_id)
+
+            def run(chosen: list[dict]) -> list:
+                answers, rows = batches.report_claim(s.db, s.namespace_id, session_id, chosen, most)
+                granted.extend(rows)
+                return answers
+
+            return in_scope_results(s, results, run, run_empty=True)
+
+        def direct(bearer: tuple[str, str]) -> list:
+            answers, rows = batches.report_claim(req.context.db, bearer, session_id, results, most)
             granted.extend(rows)
             return answers
 
-        answers = in_scope_results(s, body["results"], run, run_empty=True)
-        results = json.dumps([item(a) for a in answers], ensure_ascii=False)
+        answers = as_caller(req, "workers:consume", direct, scoped)
+        results_json = json.dumps([item(a) for a in answers], ensure_ascii=False)
         ok_text(
             req,
             resp,
-            f'{{"results": {results}, "assignments": {serialize.assignments_json(granted)}}}',
+            f'{{"results": {results_json}, "assignments": {serialize.assignments_json(granted)}}}',
         )
 
     def on_post_goodbye(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
