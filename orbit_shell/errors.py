@@ -97,12 +97,13 @@ class Internal(OrbitError):
     """Internal error."""
 
 
-class QueueScoped(Internal):
+class QueueScoped(OrbitError):
     """The credential is limited to some queues.
 
     What a routine that authenticates its caller itself (``credential_check``) signals for
     such a credential: the route then reads the credential and checks each item against its
-    queues before calling the routine that takes a namespace. No client is answered with it.
+    queues before calling the routine that takes a namespace. No client is answered with it
+    (were one, it would be a 500 INTERNAL); not an ``Internal``, which is logged as a fault.
     """
 
 
@@ -124,7 +125,7 @@ BY_CODE: dict[str, type[OrbitError]] = {
         Internal,
     )
 }
-BY_CODE["QUEUE_SCOPED"] = QueueScoped  # its code stays INTERNAL: never an answer
+BY_CODE["QUEUE_SCOPED"] = QueueScoped  # its own code stays INTERNAL: never an answer
 
 
 def field_error(field: str, message: str) -> InvalidArgument:

@@ -293,7 +293,12 @@ def test_keys_and_payloads_cross_the_batch_byte_for_byte(client, tenant):
     assert sorted(a["task"]["concurrency_key"] for a in claimed) == sorted([nfc, nfd])
 
 
-def test_items_outside_the_credentials_queues_are_not_found_and_untouched(client, database, tenant):
+def test_items_outside_the_credentials_queues_are_not_found_and_untouched(
+    client, database, tenant, caplog
+):
+    """Each item out of a queue-limited credential's queues is 404 and untouched (L4). The
+    worker routes' one-round-trip routines refuse such a credential (QUEUE_SCOPED) and the
+    shell checks each item instead: an expected path, logged as no fault."""
     second = client.simulate_post(
         "/v1/queues", json={"name": "second"}, headers=tenant.headers
     ).json["data"]["queue_id"]
@@ -339,6 +344,8 @@ def test_items_outside_the_credentials_queues_are_not_found_and_untouched(client
         f"/v1/tasks/{theirs['task']['task_id']}", headers=tenant.headers
     ).json["data"]
     assert still["state"] == "LEASED"
+    faults = [r for r in caplog.records if getattr(r, "action", "") == "db.error"]
+    assert not faults, [r.getMessage() for r in faults]
 
 
 def test_a_session_serving_a_queue_outside_the_credential_is_not_found(client, database, tenant):

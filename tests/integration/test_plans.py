@@ -133,11 +133,16 @@ def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
         call_reads(conn, "attempt_start_many", ns, sid, json.dumps(ids), 0)
         made["start"] = disk_tables(conn) - before
         outcomes = [
-            {"attempt_id": a, "outcome": o, "retryable": r,
-             "result": f'{{"n": {n}}}' if texts and o == "succeeded" else "",
-             "error": f"boom {n}" if texts and o == "failed" else ""}
+            {
+                "attempt_id": a,
+                "outcome": o,
+                "retryable": r,
+                "result": f'{{"n": {n}}}' if texts and o == "succeeded" else "",
+                "error": f"boom {n}" if texts and o == "failed" else "",
+            }
             for n, (a, (o, r)) in enumerate(
-                zip(ids, itertools.cycle([("succeeded", 0), ("failed", 1), ("failed", 0)])))
+                zip(ids, itertools.cycle([("succeeded", 0), ("failed", 1), ("failed", 0)]))
+            )
         ]
         before = disk_tables(conn)
         _, answers = call_reads(conn, "attempt_result_many", ns, sid, json.dumps(outcomes))
@@ -151,7 +156,9 @@ def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
     stored = database.query(
         "SELECT a.public_id, a.result AS a_result, a.error AS a_error, t.state,"
         " t.result AS t_result, t.error AS t_error"
-        " FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.namespace_id = %s", (ns,))
+        " FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.namespace_id = %s",
+        (ns,),
+    )
     by_id = {row["public_id"]: row for row in stored}
     for item in outcomes:
         row = by_id[item["attempt_id"]]
