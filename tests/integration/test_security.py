@@ -163,6 +163,34 @@ def test_worker_calls_after_hello_are_one_round_trip_each_and_revocation_holds(
     assert row["state"] == "LEASED", "a refused call changed nothing"
 
 
+def test_a_single_start_and_renew_are_one_round_trip_each_and_revocation_holds(
+    client, tenant, database
+):
+    """POST /v1/attempts/{id}/start and /renew (the SDK worker renews every attempt it holds)
+    authenticate in the routine that acts: one statement from the server each; a revoked
+    credential is refused at once and the lease is not extended."""
+    session = Session(client, tenant, capacity=4)
+    for _ in range(3):
+        submit(client, tenant, None, 201)
+    held = [a["attempt_id"] for a in session.claim(max=3)]
+    assert len(held) == 3
+    left = list(held)
+    assert _least_sent(database, lambda: session.start(left.pop())) == 2
+    assert _least_sent(database, lambda: session.call(held[0], "renew")) == 2
+    [before] = database.query(
+        "SELECT lease_expires_at FROM attempts WHERE public_id = %s", (held[0],)
+    )
+    database.call("credential_revoke", tenant.token.split("_")[1])
+    for action in ("renew", "start"):
+        refused = session.call(held[0], action)
+        assert refused.status_code == 401, (action, refused.text)
+        assert refused.json["error"]["code"] == "UNAUTHENTICATED"
+    [after] = database.query(
+        "SELECT lease_expires_at FROM attempts WHERE public_id = %s", (held[0],)
+    )
+    assert after == before
+
+
 def test_self_authenticating_worker_routes_answer_who_before_what(client, tenant, database):
     """On the worker routes that authenticate in their routine, a bad token is 401 before a
     malformed path id (404) or body (400), and a credential without workers:consume is 403
@@ -178,6 +206,9 @@ def test_self_authenticating_worker_routes_answer_who_before_what(client, tenant
         ("/v1/workers/nothex/report-and-claim", {"results": [], "max": 1}),
         ("/v1/attempts/start", {"session_id": session.id, "attempt_ids": []}),
         ("/v1/attempts/result", {"session_id": "x", "results": []}),
+        ("/v1/attempts/" + "0" * 32 + "/renew", {"session_id": session.id}),
+        ("/v1/attempts/" + "0" * 32 + "/start", {}),
+        ("/v1/attempts/nothex/start", {"session_id": session.id}),
     )
     for path, body in routes:
         answer = client.simulate_post(path, headers=bad, json=body)

@@ -31,14 +31,30 @@ class Attempts:
         s.check_attempt_queue(attempt_id)
         return s, body
 
+    def _one(self, req, attempt_id: str, routine: str) -> dict:
+        """``routine`` (attempt_start, attempt_renew) for one attempt, in one round trip
+        through its ``*_as`` form (``as_caller``)."""
+        session = own_body(req, validation.ATTEMPT_SESSION, self.max_body, "workers:consume")[
+            "session_id"
+        ]
+
+        def scoped(s) -> list:
+            s.check_attempt_queue(attempt_id)
+            return s.db.call(routine, s.namespace_id, session, attempt_id)
+
+        [[row]] = as_caller(
+            req,
+            "workers:consume",
+            lambda bearer: req.context.db.call(f"{routine}_as", *bearer, session, attempt_id),
+            scoped,
+        )
+        return row
+
     def on_post_start(self, req: falcon.Request, resp: falcon.Response, attempt_id: str) -> None:
-        s, body = self._prepare(req, attempt_id, validation.ATTEMPT_SESSION)
-        [[row]] = s.db.call("attempt_start", s.namespace_id, body["session_id"], attempt_id)
-        ok(req, resp, serialize.attempt(row))
+        ok(req, resp, serialize.attempt(self._one(req, attempt_id, "attempt_start")))
 
     def on_post_renew(self, req: falcon.Request, resp: falcon.Response, attempt_id: str) -> None:
-        s, body = self._prepare(req, attempt_id, validation.ATTEMPT_SESSION)
-        [[row]] = s.db.call("attempt_renew", s.namespace_id, body["session_id"], attempt_id)
+        row = self._one(req, attempt_id, "attempt_renew")
         ok(req, resp, {"lease_expires_at": serialize.iso(row["lease_expires_at"])})
 
     def on_post_result(self, req: falcon.Request, resp: falcon.Response, attempt_id: str) -> None:
@@ -56,8 +72,14 @@ class Attempts:
             },
         )
 
-    # The batch routes authenticate in their one database call (the ``*_as`` routines).
-    self_authenticating = (("POST", "/v1/attempts/start"), ("POST", "/v1/attempts/result"))
+    # Every route here but a single result authenticates in its one database call (the
+    # ``*_as`` routines); a single result's answer reads the task and attempt after it.
+    self_authenticating = (
+        ("POST", "/v1/attempts/start"),
+        ("POST", "/v1/attempts/result"),
+        ("POST", "/v1/attempts/{attempt_id}/start"),
+        ("POST", "/v1/attempts/{attempt_id}/renew"),
+    )
 
     def on_post_start_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = own_body(req, validation.ATTEMPT_START_BATCH, self.max_body, "workers:consume")
