@@ -4,19 +4,16 @@
 -- own in autocommit mode, so it sees the latest commit: a revocation committed before the call
 -- is seen, and the credential is refused from its next request. Takes no locks.
 -- Params: the token's credential public id and SHA-256 (the shell parses the token and hashes
---   it; the secret never reaches the database), the scope needed, and p_whole_namespace: 1 when
---   the caller acts only for credentials that cover every queue of their namespace.
+--   it; the secret never reaches the database), the scope needed.
 -- Out: the credential's id, its namespace, whether it covers every queue of the namespace.
 -- Errors: UNAUTHENTICATED (unknown credential, wrong secret, revoked), PERMISSION_DENIED (the
---   scope is missing), and with p_whole_namespace QUEUE_SCOPED for a credential limited to some
---   queues: a code no client sees; the shell then reads the credential itself and checks each
---   item of the request against its queues (SPEC L4) before calling the routine without `_as`.
+--   scope is missing).
 -- The hash comparison is not constant-time: what it could leak is how much of SHA-256(token)
 -- matches, which does not help to find a token.
 CREATE PROCEDURE credential_check(
   IN p_credential_public_id CHAR(16) CHARACTER SET ascii COLLATE ascii_bin,
   IN p_secret_sha256 CHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
-  IN p_scope VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin, IN p_whole_namespace TINYINT,
+  IN p_scope VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
   OUT o_credential BIGINT UNSIGNED, OUT o_namespace BIGINT UNSIGNED, OUT o_all_queues TINYINT)
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -35,8 +32,5 @@ BEGIN
   IF FIND_IN_SET(p_scope, v_scopes) = 0 THEN
     SET v_message = CONCAT('PERMISSION_DENIED: credential lacks scope ', p_scope);
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = v_message;
-  END IF;
-  IF p_whole_namespace = 1 AND o_all_queues = 0 THEN
-    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUEUE_SCOPED: the credential is limited to some queues';
   END IF;
 END

@@ -23,7 +23,7 @@ BEGIN
   DECLARE v_queue BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_covered BIGINT UNSIGNED DEFAULT NULL;
 
-  CALL credential_check(p_credential_public_id, p_secret_sha256, 'tasks:submit', 0,
+  CALL credential_check(p_credential_public_id, p_secret_sha256, 'tasks:submit',
                         v_credential, v_namespace, v_all_queues);
   SELECT id INTO v_queue FROM queues
    WHERE public_id = p_queue_public_id AND namespace_id = v_namespace;
