@@ -69,7 +69,7 @@ def submit_many(
 
 # Who a worker's batch call acts for: a namespace id (the caller checked the credential), or
 # a bearer credential ``(public id, token SHA-256)`` that the routine's ``*_as`` form checks
-# in the same call (credential_check).
+# in the same call (worker_credential).
 Caller = int | tuple[str, str]
 
 

@@ -76,7 +76,6 @@ class Workers:
         """A claim at once (worker_claim_as); only a claim that found nothing and may wait
         reads the credential, for the long poll's bounds and its probes."""
         body = own_body(req, validation.WORKER_CLAIM, self.max_body, "workers:consume")
-        first: list = []
 
         def scoped(s) -> list:
             s.check_session_queues(session_id)
@@ -94,11 +93,11 @@ class Workers:
             # A long poll: bounded per process and credential, ended when the client goes.
             s = scope(req, "workers:consume")
             s.check_session_queues(session_id)
-            first.append(rows)
+            made = [rows]  # the claim just made is the poll's first fetch
 
             def fetch() -> list:
-                if first:  # the claim just made is the poll's first
-                    return first.pop()
+                if made:
+                    return made.pop()
                 return s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0]
 
             with self.gate.admit(s.principal.credential_id):
