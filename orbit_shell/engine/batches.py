@@ -73,7 +73,8 @@ def submit_many(
 Caller = int | tuple[str, str]
 
 
-def _call(db: Database, routine: str, caller: Caller, *args: Any) -> list[list[dict[str, Any]]]:
+def call_as(db: Database, routine: str, caller: Caller, *args: Any) -> list[list[dict[str, Any]]]:
+    """CALL ``routine`` for a namespace id, or its ``*_as`` form for a bearer credential."""
     if isinstance(caller, tuple):
         return db.call(f"{routine}_as", *caller, *args)
     return db.call(routine, caller, *args)
@@ -84,7 +85,7 @@ def start_many(
 ) -> list[dict[str, Any] | errors.OrbitError]:
     """attempt_start per id, in order: the attempt (now RUNNING) or the item's error; with
     ``brief`` only ``{attempt_id, state}`` of each started attempt."""
-    [rows] = _call(
+    [rows] = call_as(
         db, "attempt_start_many", caller, session_id, json.dumps(attempt_ids), int(brief)
     )
     if brief:
@@ -105,7 +106,7 @@ def result_many(
     """attempt_result per item, in order: ``{attempt_id, task_id, duplicate}`` or the item's
     error. Results and errors travel as the same canonical JSON text the single call sends, so
     a result repeated through either route is recognised as a duplicate."""
-    [rows] = _call(db, "attempt_result_many", caller, session_id, _result_wire(items))
+    [rows] = call_as(db, "attempt_result_many", caller, session_id, _result_wire(items))
     return _result_answers(rows)
 
 
@@ -115,9 +116,9 @@ def report_claim(
     """worker_report_claim: ``result_many``'s answers for ``items``, then the rows of a claim
     of up to ``max`` (no long poll), committed together; the caller makes the ``task.assign``
     messages (``serialize.assignments`` or ``assignments_json``)."""
-    rows, granted = _call(db, "worker_report_claim", caller, session_id, _result_wire(items), max)[
-        :2
-    ]
+    rows, granted = call_as(
+        db, "worker_report_claim", caller, session_id, _result_wire(items), max
+    )[:2]
     return _result_answers(rows), granted
 
 

@@ -38,16 +38,14 @@ class Attempts:
             "session_id"
         ]
 
+        def run(caller: batches.Caller) -> list:
+            return batches.call_as(req.context.db, routine, caller, session, attempt_id)
+
         def scoped(s) -> list:
             s.check_attempt_queue(attempt_id)
-            return s.db.call(routine, s.namespace_id, session, attempt_id)
+            return run(s.namespace_id)
 
-        [[row]] = as_caller(
-            req,
-            "workers:consume",
-            lambda bearer: req.context.db.call(f"{routine}_as", *bearer, session, attempt_id),
-            scoped,
-        )
+        [[row]] = as_caller(req, "workers:consume", run, scoped)
         return row
 
     def on_post_start(self, req: falcon.Request, resp: falcon.Response, attempt_id: str) -> None:

@@ -77,28 +77,25 @@ class Workers:
         reads the credential, for the long poll's bounds and its probes."""
         body = own_body(req, validation.WORKER_CLAIM, self.max_body, "workers:consume")
 
+        def claim(caller: batches.Caller) -> list:
+            return batches.call_as(req.context.db, "worker_claim", caller, session_id, body["max"])[
+                0
+            ]
+
         def scoped(s) -> list:
             s.check_session_queues(session_id)
-            return s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0]
+            return claim(s.namespace_id)
 
-        rows = as_caller(
-            req,
-            "workers:consume",
-            lambda bearer: req.context.db.call("worker_claim_as", *bearer, session_id, body["max"])[
-                0
-            ],
-            scoped,
-        )
+        rows = as_caller(req, "workers:consume", claim, scoped)
         if not rows and body["wait_ms"] > 0:
-            # A long poll: bounded per process and credential, ended when the client goes.
+            # A long poll: bounded per process and credential, ended when the client goes. The
+            # session's queues were checked by the claim just made (a credential it served
+            # directly covers every queue), which is the poll's first fetch.
             s = scope(req, "workers:consume")
-            s.check_session_queues(session_id)
-            made = [rows]  # the claim just made is the poll's first fetch
+            made = [rows]
 
             def fetch() -> list:
-                if made:
-                    return made.pop()
-                return s.db.call("worker_claim", s.namespace_id, session_id, body["max"])[0]
+                return made.pop() if made else claim(s.namespace_id)
 
             with self.gate.admit(s.principal.credential_id):
                 rows = longpoll.poll(
