@@ -131,8 +131,7 @@ CREATE TABLE `permits` (
   `exclusive_resource_id` bigint(20) unsigned DEFAULT NULL COMMENT 'concurrency_resources.id for KEY permits, NULL otherwise (as scope_id; not indexed: the key row''s holder is the guard)',
   `expires_at` datetime(6) NOT NULL COMMENT 'Follows the attempt lease; extended by renew',
   `created_at` datetime(6) NOT NULL COMMENT 'Grant time, UTC',
-  PRIMARY KEY (`attempt_id`,`kind`),
-  UNIQUE KEY `uq_permits_attempt` (`attempt_id`,`kind`)
+  PRIMARY KEY (`attempt_id`,`kind`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Permits held by LEASED and RUNNING attempts; keyed by attempt, no AUTO_INCREMENT and no index a claim could wait in';
 
 CREATE TABLE `queues` (

@@ -29,7 +29,7 @@ BEGIN
     UPDATE queues SET active_attempts = active_attempts - 1 WHERE id = p_queue;
   END IF;
   UPDATE worker_sessions SET in_flight = in_flight - 1 WHERE id = p_session;
-  -- The KEY permit row names the resource (uq_permits_attempt); lock it and re-check the holder.
+  -- The KEY permit row names the resource (the primary key); lock it and re-check the holder.
   IF p_token > 0 THEN
     SELECT r.id INTO v_resource
       FROM permits p JOIN concurrency_resources r ON r.id = p.scope_id

@@ -128,13 +128,16 @@ def test_k5_the_auto_increment_permits_table_deadlocked_there(fresh_dsn):
     assert sorted(out.values()) in (["1213", "ok"], ["1467", "ok"]), out
 
 
-def test_permits_keep_the_index_the_previous_routines_name(orbit_dsn):
-    """The routines of the version before 000014 name uq_permits_attempt in FORCE INDEX; it
-    stays while they may run (a rolling upgrade, H5). No unique index on the resource is left
-    for a claim to wait in."""
+def test_permits_have_one_index_and_no_routine_names_another(orbit_dsn):
+    """000015 drops uq_permits_attempt, the primary key's columns again, kept by 000014 for
+    the FORCE INDEX of the routines before it: permits are keyed by attempt and nothing else,
+    so no unique index on the resource is left for a claim to wait in, and no routine of this
+    version may name an index the table no longer has."""
     conn = db.connect(orbit_dsn)
     with conn.cursor() as cur:
         cur.execute("SHOW INDEX FROM permits")
         indexes = {(r["Key_name"], r["Non_unique"]) for r in cur.fetchall()}
     conn.close()
-    assert indexes == {("PRIMARY", 0), ("uq_permits_attempt", 0)}
+    assert indexes == {("PRIMARY", 0)}
+    for path in schema.PROCEDURES_DIR.glob("*.sql"):
+        assert "uq_permits_attempt" not in path.read_text(), path.name
