@@ -11,7 +11,8 @@ Parts:
              primary-key read cost inside a procedure (bench/overheads.py)
   phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
              none, each task its own, or 1,000 shared behind a backlog); key turns of 1, 5
-             and 10 keys (report-and-claim, then start: the hot-keys run's calls)
+             and 10 keys (report-and-claim, then start: the hot-keys run's calls), each beside
+             the SPEC floor's turn (bench/spec_floor_keys.py)
   blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks;
              an unkeyed session's claim and probe with 0 / 10k (/ 100k) READY keyed tasks;
              the sweeper's rows read per lease after 1,000 leases lapse at once behind 0 / 10k
@@ -45,6 +46,7 @@ import http_floor  # noqa: E402
 import overheads  # noqa: E402
 import slowdisk  # noqa: E402
 import spec_floor  # noqa: E402
+import spec_floor_keys  # noqa: E402
 import targets  # noqa: E402
 from e2e import e2e, start_server  # noqa: E402
 from engine_parts import Bench  # noqa: E402
@@ -216,13 +218,21 @@ def run_phases(bench: Bench, parts: set[str], results: dict, began: dict) -> Non
                 + f"; db CPU in all {sum(ph['db_cpu_ms_per_10'].values()):.1f} ms",
                 flush=True,
             )
-        results["phases_key_turns"] = [bench.key_turns(100, keys) for keys in (1, 5, 10)]
-        for kt in results["phases_key_turns"]:
+        # Orbit's key turns and the SPEC floor's (bench/spec_floor_keys.py), each size one
+        # after the other, so that the machine's drift falls on both.
+        results["phases_key_turns"], results["phases_key_turns_spec_floor"] = [], []
+        for keys in (1, 5, 10):
+            kt = bench.key_turns(200, keys)
+            sf = spec_floor_keys.key_turns(bench.dsn, keys, 200)
+            results["phases_key_turns"].append(kt)
+            results["phases_key_turns_spec_floor"].append(sf)
             print(
                 f"phases, key turns of {kt['keys']} (report-and-claim, then start; each result "
                 f"promotes its key's next task): {kt['wall_ms_per_turn']:.1f} ms a turn, "
                 f"{kt['db_cpu_ms_per_turn']:.1f} ms db CPU ({kt['db_cpu_ms_per_task']:.2f} ms "
-                "a task)",
+                f"a task); the SPEC floor's turn {sf['db_cpu_ms_per_turn']:.1f} ms db CPU "
+                f"({sf['db_cpu_ms_per_task']:.2f} ms a task): Orbit "
+                f"{kt['db_cpu_ms_per_turn'] / max(sf['db_cpu_ms_per_turn'], 0.01):.2f}x",
                 flush=True,
             )
         results["phases_submit_repeated_keys"] = rep = bench.submit_repeated_keys(20)
