@@ -17,6 +17,7 @@ from measures import (
     counted_call,
     db_cpu_seconds,
     history_length,
+    key_turn_costs,
     lock_counters,
     lock_delta,
     mariadbd_pids,
@@ -345,26 +346,18 @@ class Bench:
         [rows] = d.call("worker_claim", self.ns, sid, keys)
         held = [r["attempt_id"] for r in rows]
         d.call("attempt_start_many", self.ns, sid, json.dumps(held), 1)
-        wall = cpu = 0.0
-        pids = mariadbd_pids()
-        for n in range(turns + 5):  # the first five warm the caches and are not counted
-            c0, t0 = db_cpu_seconds(pids), time.perf_counter()
+
+        def turn() -> int:
+            nonlocal held
             results = self.batch_results(held)
             _, rows = d.call("worker_report_claim", self.ns, sid, results, keys)[:2]
             held = [r["attempt_id"] for r in rows]
             d.call("attempt_start_many", self.ns, sid, json.dumps(held), 1)
-            if n >= 5:
-                wall += time.perf_counter() - t0
-                cpu += db_cpu_seconds(pids) - c0
-            if len(held) != keys:
-                raise RuntimeError(f"a turn claimed {len(held)} of {keys} keys' next tasks")
+            return len(held)
+
+        costs = key_turn_costs(turn, turns, keys)
         d.close()
-        return {
-            "keys": keys,
-            "wall_ms_per_turn": 1000 * wall / turns,
-            "db_cpu_ms_per_turn": 1000 * cpu / turns,
-            "db_cpu_ms_per_task": 1000 * cpu / (turns * keys),
-        }
+        return costs
 
     def batch_cycle(self, call, queue: int, sid: str, batch: int, result: str = "") -> list[str]:
         """One round of the batch cycle through ``call(procedure, *args)``: submit ``batch``

@@ -151,6 +151,28 @@ def db_cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def key_turn_costs(turn, turns: int, keys: int) -> dict:
+    """Wall time and mariadbd CPU of ``turns`` calls of ``turn()`` (one hot-key turn: report
+    and claim, then start; it returns how many tasks it claimed), after five that warm the
+    caches and are not counted. Every turn must claim ``keys`` tasks, one per key."""
+    wall = cpu = 0.0
+    pids = mariadbd_pids()
+    for n in range(turns + 5):
+        c0, t0 = db_cpu_seconds(pids), time.perf_counter()
+        claimed = turn()
+        if n >= 5:
+            wall += time.perf_counter() - t0
+            cpu += db_cpu_seconds(pids) - c0
+        if claimed != keys:
+            raise RuntimeError(f"a turn claimed {claimed} of {keys} keys' next tasks")
+    return {
+        "keys": keys,
+        "wall_ms_per_turn": 1000 * wall / turns,
+        "db_cpu_ms_per_turn": 1000 * cpu / turns,
+        "db_cpu_ms_per_task": 1000 * cpu / (turns * keys),
+    }
+
+
 def cpu_sample() -> tuple[float, float, float]:
     """(busy, total) CPU seconds of the machine from /proc/stat, and CPU seconds used so far by
     mariadbd processes: the e2e part reports how busy the two cores were, and how much of it

@@ -29,17 +29,33 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from typing import Any
 
 import floor
-from measures import db_cpu_seconds, mariadbd_pids
+import spec_floor
+from measures import key_turn_costs
 
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
 
 # Item lists as JSON: the same JSON_TABLE read Orbit's batch procedures use.
 ITEMS = "JSON_TABLE({j}, '$[*]' COLUMNS (seq FOR ORDINALITY, id CHAR(32) PATH '$')) j"
+
+# The items' attempts locked and checked: every one the session's, in ``state`` and within its
+# lease, or the call changes nothing (Orbit answers each item; the floor refuses the call).
+HELD = (
+    """      SELECT COUNT(*), COALESCE(SUM(a.session <=> v_session AND a.state = '{state}'
+                                    AND a.lease_expires > v_now), 0)
+        INTO v_n, v_ok
+        FROM """
+    + ITEMS.format(j="p_items")
+    + """
+        STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id FOR UPDATE;
+      IF v_n <> JSON_LENGTH(p_items) OR v_ok <> v_n THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'LEASE_LOST: not the current holder';
+      END IF;
+"""
+)
 
 DDL = (
     "CREATE TABLE {f}.kq (id BIGINT UNSIGNED PRIMARY KEY, lease_seconds INT NOT NULL)"
@@ -52,19 +68,9 @@ DDL = (
     " token BIGINT UNSIGNED NOT NULL, holder BIGINT UNSIGNED NULL,"
     " UNIQUE KEY uq_key (namespace_id, concurrency_key))"
     " ENGINE=InnoDB COMMENT='SPEC key floor: keys, their tokens and holders'",
-    # The SPEC floor's read indexes, and the key's parked tasks in claim order (K8). PARKED
-    # and WAITING are one column: a parked task is WAITING to SPEC's reads.
-    "CREATE TABLE {f}.kt (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,"
-    " public_id CHAR(32) NOT NULL UNIQUE, namespace_id BIGINT UNSIGNED NOT NULL DEFAULT 1,"
-    " queue BIGINT UNSIGNED NOT NULL, state VARCHAR(16) NOT NULL, priority TINYINT NOT NULL,"
-    " business_key VARCHAR(255) NULL, concurrency_key VARCHAR(191) NOT NULL DEFAULT '',"
-    " available_at DATETIME(6) NOT NULL, deadline_at DATETIME(6) NULL,"
-    " payload JSON NOT NULL, result MEDIUMTEXT NULL, created_at DATETIME(6) NOT NULL,"
-    " KEY ix_claim (queue, state, priority, id), KEY ix_due (queue, state, available_at),"
-    " KEY ix_deadline (state, deadline_at), KEY ix_ns (namespace_id, id),"
-    " KEY ix_ns_state (namespace_id, state, id), KEY ix_ns_queue (namespace_id, queue, id),"
-    " KEY ix_ns_business (namespace_id, business_key, id),"
-    " KEY ix_ns_key (namespace_id, concurrency_key, id),"
+    # The SPEC floor's tasks, and the key's parked tasks in claim order (K8). PARKED and
+    # WAITING are one column: a parked task is WAITING to SPEC's reads.
+    "CREATE TABLE {f}.kt " + spec_floor.TASKS + ","
     " KEY ix_key_parked (namespace_id, concurrency_key, state, priority, id))"
     " ENGINE=InnoDB COMMENT='SPEC key floor: tasks'",
     "CREATE TABLE {f}.ka (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,"
@@ -112,14 +118,7 @@ DDL = (
                         AND state IN ('LEASED', 'RUNNING') AND lease_expires <= v_now)
         INTO v_due;
       -- The results: every item the session's running attempt, locked, or nothing changes.
-      SELECT COUNT(*), COALESCE(SUM(a.session = v_session AND a.state = 'RUNNING'
-                                    AND a.lease_expires > v_now), 0)
-        INTO v_n, v_ok
-        FROM {ITEMS.format(j="p_items")}
-        STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id FOR UPDATE;
-      IF v_n <> JSON_LENGTH(p_items) OR v_ok <> v_n THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'LEASE_LOST: not the current holder';
-      END IF;
+{HELD.format(state="RUNNING")}
       IF v_n > 0 THEN
         UPDATE {ITEMS.format(j="p_items")}
           STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id
@@ -203,14 +202,7 @@ DDL = (
       START TRANSACTION;
       SELECT id INTO v_session FROM {{f}}.ks WHERE public_id = p_session;
       SET v_now = UTC_TIMESTAMP(6);
-      SELECT COUNT(*), COALESCE(SUM(a.session <=> v_session AND a.state = 'LEASED'
-                                    AND a.lease_expires > v_now), 0)
-        INTO v_n, v_ok
-        FROM {ITEMS.format(j="p_items")}
-        STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id FOR UPDATE;
-      IF v_n <> JSON_LENGTH(p_items) OR v_ok <> v_n THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'LEASE_LOST: not the current holder';
-      END IF;
+{HELD.format(state="LEASED")}
       UPDATE {ITEMS.format(j="p_items")}
         STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id
         STRAIGHT_JOIN {{f}}.kt t ON t.id = a.task
@@ -265,27 +257,19 @@ def key_turns(dsn: str, keys: int, turns: int) -> dict[str, Any]:
     finally:
         conn.close()
     d = Database(dsn, pool_size=1)
-    turn, start = f"`{scratch}`.spec_key_turn", f"`{scratch}`.spec_key_start"
-    [rows] = d.call(turn, session, "[]", keys)
+    turn_call, start = f"`{scratch}`.spec_key_turn", f"`{scratch}`.spec_key_start"
+    [rows] = d.call(turn_call, session, "[]", keys)
     held = [r["attempt_id"] for r in rows]
     d.call(start, session, json.dumps(held))
-    wall = cpu = 0.0
-    pids = mariadbd_pids()
-    for n in range(turns + 5):
-        c0, t0 = db_cpu_seconds(pids), time.perf_counter()
-        [rows] = d.call(turn, session, json.dumps(held), keys)
+
+    def turn() -> int:
+        nonlocal held
+        [rows] = d.call(turn_call, session, json.dumps(held), keys)
         held = [r["attempt_id"] for r in rows]
         d.call(start, session, json.dumps(held))
-        if n >= 5:
-            wall += time.perf_counter() - t0
-            cpu += db_cpu_seconds(pids) - c0
-        if len(held) != keys:
-            raise RuntimeError(f"a SPEC floor turn claimed {len(held)} of {keys} keys' tasks")
+        return len(held)
+
+    costs = key_turn_costs(turn, turns, keys)
     d.close()
     floor.drop(dsn, scratch)
-    return {
-        "keys": keys,
-        "wall_ms_per_turn": 1000 * wall / turns,
-        "db_cpu_ms_per_turn": 1000 * cpu / turns,
-        "db_cpu_ms_per_task": 1000 * cpu / (turns * keys),
-    }
+    return costs
