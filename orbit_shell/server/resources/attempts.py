@@ -83,37 +83,31 @@ class Attempts:
         body = own_body(req, validation.ATTEMPT_START_BATCH, self.max_body, "workers:consume")
         session, ids, brief = body["session_id"], body["attempt_ids"], body["brief"]
 
+        def start(caller: batches.Caller, chosen: list[str]) -> list:
+            return batches.start_many(req.context.db, caller, session, chosen, brief)
+
         def scoped(s) -> list:
             def prepare(attempt_id: str) -> str:
                 s.check_attempt_queue(attempt_id)
                 return attempt_id
 
-            return in_scope_batch(
-                ids,
-                prepare,
-                lambda chosen: batches.start_many(s.db, s.namespace_id, session, chosen, brief),
-            )
+            return in_scope_batch(ids, prepare, lambda chosen: start(s.namespace_id, chosen))
 
-        answers = as_caller(
-            req,
-            "workers:consume",
-            lambda bearer: batches.start_many(req.context.db, bearer, session, ids, brief),
-            scoped,
-        )
+        answers = as_caller(req, "workers:consume", lambda bearer: start(bearer, ids), scoped)
         ok(req, resp, {"results": [item(a) for a in answers]})
 
     def on_post_result_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = own_body(req, validation.ATTEMPT_RESULT_BATCH, self.max_body, "workers:consume")
         session, results = body["session_id"], body["results"]
+
+        def record(caller: batches.Caller, chosen: list[dict]) -> list:
+            return batches.result_many(req.context.db, caller, session, chosen)
+
         answers = as_caller(
             req,
             "workers:consume",
-            lambda bearer: batches.result_many(req.context.db, bearer, session, results),
-            lambda s: in_scope_results(
-                s,
-                results,
-                lambda chosen: batches.result_many(s.db, s.namespace_id, session, chosen),
-            ),
+            lambda bearer: record(bearer, results),
+            lambda s: in_scope_results(s, results, lambda chosen: record(s.namespace_id, chosen)),
         )
         ok(req, resp, {"results": [item(a) for a in answers]})
 

@@ -121,22 +121,18 @@ class Workers:
         results, most = body["results"], body["max"]
         granted: list = []
 
-        def scoped(s) -> list:
-            s.check_session_queues(session_id)
-
-            def run(chosen: list[dict]) -> list:
-                answers, rows = batches.report_claim(s.db, s.namespace_id, session_id, chosen, most)
-                granted.extend(rows)
-                return answers
-
-            return in_scope_results(s, results, run, run_empty=True)
-
-        def direct(bearer: tuple[str, str]) -> list:
-            answers, rows = batches.report_claim(req.context.db, bearer, session_id, results, most)
+        def report(caller: batches.Caller, chosen: list[dict]) -> list:
+            answers, rows = batches.report_claim(req.context.db, caller, session_id, chosen, most)
             granted.extend(rows)
             return answers
 
-        answers = as_caller(req, "workers:consume", direct, scoped)
+        def scoped(s) -> list:
+            s.check_session_queues(session_id)
+            return in_scope_results(
+                s, results, lambda chosen: report(s.namespace_id, chosen), run_empty=True
+            )
+
+        answers = as_caller(req, "workers:consume", lambda bearer: report(bearer, results), scoped)
         results_json = json.dumps([item(a) for a in answers], ensure_ascii=False)
         ok_text(
             req,
