@@ -82,6 +82,30 @@ def key_handoffs_ms(bench: Bench, queue: int) -> list[float]:
     return [float(r["ms"]) for r in rows]
 
 
+def after_submissions(bench: Bench, queue: int, done: int) -> dict:
+    """The run split at the last submission (the database's clock): how many of the ``done``
+    tasks finished while the producers still submitted, over how many seconds, and the rate
+    after. In an unpaced run the producers finish well before the workers, and while they
+    submit their batches hold the key rows and the cores the workers need: the whole run's
+    rate mixes the two."""
+    [row] = bench.db.query(
+        "SELECT MIN(created_at) AS first, MAX(created_at) AS last FROM tasks WHERE queue_id = %s",
+        (queue,),
+    )
+    [split] = bench.db.query(
+        "SELECT COALESCE(SUM(finished_at <= %s), 0) AS done_while, MAX(finished_at) AS end"
+        " FROM attempts WHERE queue_id = %s AND state = 'SUCCEEDED'",
+        (row["last"], queue),
+    )
+    after_s = (split["end"] - row["last"]).total_seconds() if split["end"] else 0.0
+    done_while = int(split["done_while"])
+    return {
+        "submitting_s": (row["last"] - row["first"]).total_seconds(),
+        "done_while_submitting": done_while,
+        "tasks_per_s_after_submissions": (done - done_while) / after_s if after_s > 0 else 0.0,
+    }
+
+
 def e2e(
     bench: Bench,
     url: str,
@@ -206,6 +230,7 @@ def e2e(
     )
     ms = [float(r["ms"]) for r in lat]
     handoff = key_handoffs_ms(bench, row["id"]) if keys else []
+    split = after_submissions(bench, row["id"], done["n"])
     rss: list[int] = []
     readies: list[float] = []
     cpu_s = 0.0
@@ -256,6 +281,7 @@ def e2e(
         # A key's turn: from one task's result recorded to the start of the key's next one.
         "key_handoff_p50_ms": pct(handoff, 50),
         "key_handoff_p99_ms": pct(handoff, 99),
+        **split,
         "sdk_worker_peak_rss_mib": max(rss, default=0) / 1024,
         # The SDK workers' own CPU (after start-up) per task: the client's share of a round.
         "sdk_worker_cpu_ms_per_task": 1000 * cpu_s / done["n"] if done["n"] else 0.0,

@@ -392,7 +392,9 @@ def run_served(
                 )
                 + (
                     f"; key handoff p50 {r['key_handoff_p50_ms']:.1f} ms "
-                    f"p99 {r['key_handoff_p99_ms']:.1f} ms"
+                    f"p99 {r['key_handoff_p99_ms']:.1f} ms; {r['done_while_submitting']} done "
+                    f"in the {r['submitting_s']:.2f} s of submissions, "
+                    f"{r['tasks_per_s_after_submissions']:.0f} tasks/s after"
                     if r["keys"]
                     else ""
                 )
