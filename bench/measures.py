@@ -59,6 +59,27 @@ def lock_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     }
 
 
+def deadlock_reports(log: Path, offset: int) -> list[str]:
+    """The deadlocks InnoDB wrote to the server's error log after ``offset`` (a server run with
+    ``innodb_print_all_deadlocks``): each from its detection to the transaction rolled back.
+    The counters say how many; a report says which statements, rows and locks met."""
+    if not log.exists():
+        return []
+    with open(log, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode("utf-8", "replace")
+    reports, current = [], None
+    for line in text.splitlines():
+        if "Transactions deadlock detected" in line:
+            current = [line]
+        elif current is not None:
+            current.append(line)
+            if "WE ROLL BACK TRANSACTION" in line:
+                reports.append("\n".join(current))
+                current = None
+    return reports
+
+
 def locks_text(part: dict) -> str:
     return f"deadlocks {part['deadlocks']}, row-lock waits {part['row_lock_waits']}"
 

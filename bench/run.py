@@ -50,7 +50,13 @@ import spec_floor_keys  # noqa: E402
 import targets  # noqa: E402
 from e2e import e2e, start_server  # noqa: E402
 from engine_parts import Bench  # noqa: E402
-from measures import locks_text, run_threads, server_settings, vm_hwm_kib  # noqa: E402
+from measures import (  # noqa: E402
+    deadlock_reports,
+    locks_text,
+    run_threads,
+    server_settings,
+    vm_hwm_kib,
+)
 from peer import peer  # noqa: E402
 
 from devtools import localdb  # noqa: E402
@@ -520,6 +526,9 @@ def private_server(binlog: bool, flush_delay_ms: float, parser) -> localdb.Priva
         localdb.ensure_binaries(),
         binlog=binlog,
         environment=extra,
+        # Every deadlock written out whole: the counters say how many, and a rare one is
+        # understood only from its report (the run keeps them, run_profile).
+        options=("--innodb-print-all-deadlocks=ON",),
     )
     if flush_delay_ms and own.running():
         own.stop()  # left by a run that stopped early, perhaps with another delay
@@ -549,6 +558,7 @@ def run_profile(name: str, args, parser, parts: set[str], seconds: float) -> dic
         else:
             own = private_server(args.binlog, args.flush_delay_ms, parser)
         dsn = own.start()
+    logged = own.logfile.stat().st_size if own and own.logfile.exists() else 0
     try:
         schema.apply(dsn)
         bench = Bench(dsn)
@@ -585,6 +595,14 @@ def run_profile(name: str, args, parser, parts: set[str], seconds: float) -> dic
             part: round(end - start, 1)
             for (part, start), end in zip(began.items(), ends, strict=True)
         }
+        if own:
+            results["deadlock_reports"] = deadlock_reports(own.logfile, logged)
+            if results["deadlock_reports"]:
+                print(
+                    f"deadlock reports ({name}): {len(results['deadlock_reports'])}, kept in the "
+                    "results file (deadlock_reports) and in " + str(own.logfile.relative_to(ROOT)),
+                    flush=True,
+                )
         return results
     finally:
         if own:
