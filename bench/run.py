@@ -398,10 +398,15 @@ def run_served(
                 )
                 + (
                     f"; key handoff p50 {r['key_handoff_p50_ms']:.1f} ms "
-                    f"p99 {r['key_handoff_p99_ms']:.1f} ms; {r['done_while_submitting']} done "
-                    f"in the {r['submitting_s']:.2f} s of submissions, "
-                    f"{r['tasks_per_s_after_submissions']:.0f} tasks/s after"
+                    f"p99 {r['key_handoff_p99_ms']:.1f} ms"
                     if r["keys"]
+                    else ""
+                )
+                # Unpaced, the producers finish first; paced, the run ends with them.
+                + (
+                    f"; {r['done_while_submitting']} done in the {r['submitting_s']:.2f} s of "
+                    f"submissions, {r['tasks_per_s_after_submissions']:.0f} tasks/s after"
+                    if r["keys"] and not r["paced_submit_per_s"]
                     else ""
                 )
                 + f"; empty claims {r['worker_requests'].get('claim_empty', 0)}; SDK worker "
