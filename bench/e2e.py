@@ -92,6 +92,8 @@ def after_submissions(bench: Bench, queue: int, done: int) -> dict:
         "SELECT MIN(created_at) AS first, MAX(created_at) AS last FROM tasks WHERE queue_id = %s",
         (queue,),
     )
+    if row["last"] is None:  # nothing was submitted
+        return dict(submitting_s=0.0, done_while_submitting=0, tasks_per_s_after_submissions=0.0)
     [split] = bench.db.query(
         "SELECT COALESCE(SUM(finished_at <= %s), 0) AS done_while, MAX(finished_at) AS end"
         " FROM attempts WHERE queue_id = %s AND state = 'SUCCEEDED'",
