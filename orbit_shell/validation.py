@@ -193,16 +193,22 @@ class Hex32(Check):
 
 
 class AnyJson(Check):
-    """Any JSON value (including null)."""
+    """Any JSON value (including null): no lone surrogates, no NaN or infinities (a value a
+    Python caller built, as the direct worker transport takes them; a body's are refused by
+    parse_json)."""
 
     schema: dict[str, Any] = {}
 
     def __call__(self, name: str, value: Any) -> Any:
         try:
-            json.dumps(value, ensure_ascii=False).encode("utf-8", "strict")
+            json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8", "strict")
         except UnicodeEncodeError:
             raise field_error(
                 name, "must be valid UTF-8 (lone surrogates are not allowed)"
+            ) from None
+        except ValueError:
+            raise field_error(
+                name, "must be JSON: NaN, Infinity and -Infinity are not JSON numbers"
             ) from None
         return value
 
@@ -493,9 +499,33 @@ WORKER_REPORT_CLAIM = Shape(
 )
 
 
+class NotJsonNumber(ValueError):
+    """NaN, Infinity or -Infinity where JSON text was wanted."""
+
+
+def _not_json_number(constant: str) -> Any:
+    raise NotJsonNumber(f"{constant} is not a JSON number")
+
+
+def parse_json(text: str) -> Any:
+    """JSON text as RFC 8259 has it. Python's parser also takes NaN, Infinity and -Infinity,
+    which no strict parser reads back: a payload carrying one was stored and answered as it
+    came, and every JSON.parse of that task's detail, of a list holding it and of its
+    assignment then failed.
+
+    Raises:
+        ValueError: the text is not JSON (NotJsonNumber for those three words).
+    """
+    return json.loads(text, parse_constant=_not_json_number)
+
+
 def canonical_json(value: Any) -> str:
-    """Deterministic JSON text (sorted keys, no spaces, UTF-8 kept)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Deterministic JSON text (sorted keys, no spaces, UTF-8 kept). A float that JSON has no
+    number for (NaN, infinities) raises ValueError rather than being written as JSON no
+    strict parser reads."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def fingerprint(normalised: dict[str, Any]) -> str:

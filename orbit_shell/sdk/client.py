@@ -105,7 +105,9 @@ class Client:
         headers = {**self.headers, **(headers or {})}
         if body is not None:
             headers["Content-Type"] = "application/json"
-            body = json.dumps(body).encode()
+            # NaN and the infinities are not JSON; the server refuses them (400): refused here
+            # (ValueError) before a request is sent.
+            body = json.dumps(body, allow_nan=False).encode()
         url = self.base_url + path
         if params:
             url += "?" + urllib.parse.urlencode(params)

@@ -126,7 +126,13 @@ def outcome_of(handler: Callable[[TaskEvent], Any] | None, event: TaskEvent) -> 
         result = handler(event)
         # What the server would refuse must not go in a report: it would refuse the whole
         # batch, and every other outcome in it with this one (L2).
-        if validation.nests_deeper(json.dumps(result).encode(), validation.MAX_RESULT_DEPTH):
+        try:
+            text = json.dumps(result, allow_nan=False)
+        except ValueError:
+            raise ValueError(
+                "result is not JSON: NaN, Infinity and -Infinity are not JSON numbers"
+            ) from None
+        if validation.nests_deeper(text.encode(), validation.MAX_RESULT_DEPTH):
             raise ValueError(f"result nests deeper than {validation.MAX_RESULT_DEPTH} levels")
         return "succeeded", False, result, None
     except Retry as exc:

@@ -12,7 +12,7 @@ import falcon
 from orbit_shell import errors
 from orbit_shell.server import auth
 from orbit_shell.server.scoped import Scope
-from orbit_shell.validation import Check, Shape, check_json_depth
+from orbit_shell.validation import Check, NotJsonNumber, Shape, check_json_depth, parse_json
 
 # WSGI environ key under which the HTTP worker puts a context manager factory that ends a
 # body read taking too long with errors.RequestTimeout (server/gevent_worker.py).
@@ -34,7 +34,8 @@ def read_query(req: falcon.Request, checks: dict[str, Check]) -> dict[str, Any]:
 
 
 def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, Any]:
-    """Parse and validate a JSON body (413 over the limit, 415 not JSON, 400 bad JSON).
+    """Parse and validate a JSON body (413 over the limit, 415 not JSON, 400 bad JSON: NaN,
+    Infinity and -Infinity too, which are not JSON).
 
     An empty body is treated as ``{}`` so that action routes can be called without one.
     """
@@ -54,8 +55,10 @@ def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, An
         raise errors.UnsupportedMediaType()
     check_json_depth(raw)
     try:
-        body = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        body = parse_json(raw.decode("utf-8"))
+    except NotJsonNumber as exc:
+        raise errors.InvalidArgument(f"request body is not valid JSON: {exc}") from None
+    except ValueError:  # UnicodeDecodeError is one
         raise errors.InvalidArgument("request body is not valid JSON") from None
     return shape.parse(body)
 

@@ -504,6 +504,33 @@ def test_both_transports_refuse_bad_worker_calls_alike(orbit_server, tenant, wor
         t.goodbye(sessions[t])
 
 
+def test_a_result_that_is_not_json_is_refused_by_both_transports_and_changes_nothing(
+    orbit_server, tenant, worker_dsn, api, database
+):
+    """L2, W9: NaN is not JSON. The direct transport refuses it as the HTTP routes refuse a
+    body holding it (InvalidArgumentError naming the field); the HTTP client refuses to send
+    it at all (ValueError). Either way the attempt stays RUNNING and a good result then
+    lands (the stored text was `NaN` before, which no strict client reads back)."""
+    q = api.create_queue("not-json").queue_id
+    http = HttpTransport(Client(orbit_server, tenant.token))
+    direct = MysqlTransport(worker_dsn, tenant.application, "test", tenant.namespace)
+    for t, refusal in ((direct, InvalidArgumentError), (http, ValueError)):
+        _submit(api, q)
+        session = t.hello("nan-" + secrets.token_hex(3), [q], 1, True).session_id
+        [assignment] = t.claim(session, 1, 0)
+        attempt = assignment["attempt_id"]
+        t.start(session, attempt)
+        with pytest.raises(refusal) as caught:
+            t.result(session, attempt, "succeeded", False, {"ratio": float("nan")}, None)
+        if refusal is InvalidArgumentError:
+            assert "result: must be JSON" in str(caught.value)
+        assert database.query(
+            "SELECT state, result FROM attempts WHERE public_id = %s", (attempt,)
+        ) == [{"state": "RUNNING", "result": None}]
+        t.result(session, attempt, "succeeded", False, {"ratio": 0.5}, None)
+        t.goodbye(session)
+
+
 def test_a_worker_wider_than_one_request_claims_and_starts_in_requests_of_100(make_worker, api):
     """Capacity and prefetch past 100 (the most a claim, start or report may carry): the
     worker splits its requests instead of having every claim refused."""

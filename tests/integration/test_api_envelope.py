@@ -98,6 +98,48 @@ def test_l2_json_nested_too_deep_is_400_on_every_json_route_and_stores_nothing(
     ) == [{"n": 0}]
 
 
+@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
+def test_l2_nan_and_infinities_are_400_on_every_route_that_stores_json_and_change_nothing(
+    client, tenant, database, word
+):
+    """L2: NaN, Infinity and -Infinity are not JSON (RFC 8259). Python's parser took them: a
+    payload carrying one was stored and answered as sent, and the task's detail, any list
+    holding it and its assignment were then JSON no strict client parses."""
+    h = {**tenant.headers, "Idempotency-Key": f"nan-{word}", "Content-Type": "application/json"}
+
+    def refused(path: str, body: str) -> None:
+        result = client.simulate_post(path, body=body.replace('"WORD"', word), headers=h)
+        _assert_error(result, 400, "INVALID_ARGUMENT")
+        assert f"{word} is not a JSON number" in result.json["error"]["message"]
+
+    task = task_body(tenant.queue_id, payload={"ratio": "WORD"})
+    rule = {"interval_seconds": 60}
+    refused("/v1/tasks", json.dumps(task))
+    refused("/v1/tasks/batch", json.dumps({"tasks": [{"idempotency_key": "b", **task}]}))
+    refused("/v1/schedules", json.dumps({"name": "s", "rule": rule, "definition": {"task": task}}))
+    assert database.query(
+        "SELECT (SELECT COUNT(*) FROM tasks WHERE namespace_id = %s)"
+        " + (SELECT COUNT(*) FROM schedules WHERE namespace_id = %s) AS n",
+        (tenant.namespace_id, tenant.namespace_id),
+    ) == [{"n": 0}]
+    submit(client, tenant, None, 201)
+    session = Session(client, tenant, capacity=1)
+    [assignment] = session.claim(1)
+    attempt = assignment["attempt_id"]
+    assert session.start(attempt).status_code == 200
+    refused(
+        f"/v1/attempts/{attempt}/result",
+        json.dumps({"session_id": session.id, "outcome": "succeeded", "result": "WORD"}),
+    )
+    item = {"attempt_id": attempt, "outcome": "succeeded", "result": "WORD"}
+    refused(f"/v1/workers/{session.id}/report-and-claim", json.dumps({"max": 0, "results": [item]}))
+    [row] = database.query(
+        "SELECT a.state, a.result FROM attempts a WHERE a.public_id = %s", (attempt,)
+    )
+    assert row == {"state": "RUNNING", "result": None}
+    assert session.finish(attempt, result={"ratio": 0.5}).status_code == 200
+
+
 def test_l2_the_deepest_accepted_payload_reaches_a_worker_and_back(client, tenant):
     """At the limit (30 levels in the body) a payload is stored, claimed in a batch, started
     and reported with a result as deep, through every route a worker uses."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from orbit_shell import validation
 from orbit_shell.sdk.models import ProtocolError, parse_token
-from orbit_shell.sdk.protocol import ProtocolGuard
+from orbit_shell.sdk.protocol import ProtocolGuard, outcome_of
 
 
 def assign(attempt="a" * 32, key="object/42", token="17"):
@@ -66,3 +67,19 @@ def test_w5_redispatch_that_changes_key_or_token_is_refused(change):
 def test_k9_tokens_are_nonzero_u64_decimal_strings(bad):
     with pytest.raises(ProtocolError):
         parse_token(bad)
+
+
+def test_l2_a_result_the_server_would_refuse_is_a_final_failure_not_a_report():
+    """A handler's result that is not JSON (NaN) or nests too deep would make the server
+    refuse the whole report and every outcome in it with this one: the SDK reports it as a
+    failure of its own, with a message that says why."""
+    event = ProtocolGuard(concurrency_keys=True).check(assign())
+    outcome, retryable, result, error = outcome_of(lambda e: {"ratio": float("nan")}, event)
+    assert (outcome, retryable, result) == ("failed", False, None)
+    assert error["type"] == "ValueError" and "not JSON" in error["message"]
+    deep: object = 1
+    for _ in range(validation.MAX_RESULT_DEPTH + 1):
+        deep = [deep]
+    outcome, _, _, error = outcome_of(lambda e: deep, event)
+    assert outcome == "failed" and "nests deeper" in error["message"]
+    assert outcome_of(lambda e: {"ratio": 0.5}, event) == ("succeeded", False, {"ratio": 0.5}, None)

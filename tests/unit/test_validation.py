@@ -112,3 +112,20 @@ def test_fingerprint_ignores_key_order_but_not_values():
     a = validation.fingerprint({"a": 1, "b": {"c": 2, "d": 3}})
     assert a == validation.fingerprint({"b": {"d": 3, "c": 2}, "a": 1})
     assert a != validation.fingerprint({"a": 1, "b": {"c": 2, "d": 4}})
+
+
+@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
+def test_l2_nan_and_the_infinities_are_not_json_in_or_out(word):
+    """Python's json takes and writes NaN, Infinity and -Infinity; no strict parser reads
+    them back, so they are refused as input and never written as canonical JSON (results,
+    fingerprints). Stored text written from the database's own rows (a schedule's definition
+    kept on update, its tasks when it fires) is written as read: a row stored before the
+    refusal must not make its schedule fail."""
+    with pytest.raises(validation.NotJsonNumber, match=word):
+        validation.parse_json('{"payload": {"x": [1, WORD]}}'.replace("WORD", word))
+    assert validation.parse_json('{"x": 1e308, "y": -0.5}') == {"x": 1e308, "y": -0.5}
+    value = json.loads(word)  # what a client or handler of Python's would hand over
+    with pytest.raises(ValueError):
+        validation.canonical_json({"x": value})
+    with pytest.raises(errors.InvalidArgument, match="must be JSON"):
+        validation.AnyJson()("result", {"x": value})
