@@ -35,17 +35,23 @@ def read_query(req: falcon.Request, checks: dict[str, Check]) -> dict[str, Any]:
 
 def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, Any]:
     """Parse and validate a JSON body (413 over the limit, 415 not JSON, 400 bad JSON: NaN,
-    Infinity and -Infinity too, which are not JSON).
+    Infinity and -Infinity too, which are not JSON). A body sent in chunks (no
+    Content-Length) is read like any other.
 
     An empty body is treated as ``{}`` so that action routes can be called without one.
     """
     if req.content_length is not None and req.content_length > max_bytes:
         raise errors.PayloadTooLarge()
+    # Falcon's bounded stream reads no further than Content-Length, nothing without one: a
+    # chunked body was read as empty, so a submission answered "queue_id: is required" and an
+    # action ran as if sent without its fields. gunicorn's input ends a chunked body itself.
+    chunked = "chunked" in (req.get_header("Transfer-Encoding") or "").lower()
+    stream = req.stream if req.content_length is None and chunked else req.bounded_stream
     # The server's worker bounds how long the body may take (RequestTimeout, 408); an app
     # called in-process reads without a bound.
     deadline = req.env.get(BODY_DEADLINE) or contextlib.nullcontext
     with deadline():
-        raw = req.bounded_stream.read(max_bytes + 1)
+        raw = stream.read(max_bytes + 1)
     if len(raw) > max_bytes:
         raise errors.PayloadTooLarge()
     if not raw.strip():
