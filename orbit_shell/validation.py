@@ -516,7 +516,11 @@ def parse_json(text: str) -> Any:
     Raises:
         ValueError: the text is not JSON (NotJsonNumber for those three words).
     """
-    return json.loads(text, parse_constant=_not_json_number)
+    return _STRICT_JSON.decode(text)
+
+
+# Built once: json.loads with a parse_constant builds a decoder per call (3 us a request).
+_STRICT_JSON = json.JSONDecoder(parse_constant=_not_json_number)
 
 
 def canonical_json(value: Any) -> str:
