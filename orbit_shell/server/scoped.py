@@ -65,21 +65,13 @@ LIST_INDEXES = {
 }
 
 
-# A page's cursor is the id of its last task: opaque to clients (only ever sent back), and
-# every string of this form is a cursor, so the OpenAPI document states exactly what a
-# cursor may be.
-CURSOR_PATTERN = r"^[0-9]{1,19}$"
+# A page's cursor is the public id of its last task: opaque to clients (only ever sent back),
+# and every string of this form is a cursor, so the OpenAPI document states exactly what a
+# cursor may be. Not the internal id: one sequence for the whole server, it let a tenant
+# paging its own tasks read every tenant's submission rate off its cursors.
+CURSOR_PATTERN = r"^[0-9a-f]{32}$"
 _CURSOR = re.compile(CURSOR_PATTERN)
-
-
-def encode_cursor(last_id: int) -> str:
-    return str(last_id)
-
-
-def decode_cursor(cursor: str) -> int:
-    if not _CURSOR.match(cursor) or int(cursor) >= 2**63:
-        raise errors.field_error("cursor", "is not a cursor returned by this API")
-    return int(cursor)
+_NOT_A_CURSOR = "is not a cursor returned by this API"
 
 
 class Scope:
@@ -103,6 +95,24 @@ class Scope:
             return "", []
         ids = sorted(self.principal.queue_ids) or [0]
         return f" AND {column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
+
+    def task_position(self, cursor: str | None) -> int:
+        """Where the task list resumes after ``cursor`` (0 without one): the internal id of the
+        task it names. A task this credential cannot see (another namespace, a queue outside
+        its scope) is not a cursor, as a task that does not exist is not: no cursor tells
+        apart what the credential may not see."""
+        if not cursor:
+            return 0
+        if not _CURSOR.match(cursor):
+            raise errors.field_error("cursor", _NOT_A_CURSOR)
+        extra, args = self._queue_filter("t.queue_id")
+        rows = self.db.query(
+            "SELECT t.id FROM tasks t WHERE t.public_id = %s AND t.namespace_id = %s" + extra,
+            [cursor, self.namespace_id, *args],
+        )
+        if not rows:
+            raise errors.field_error("cursor", _NOT_A_CURSOR)
+        return rows[0]["id"]
 
     # Queues ---------------------------------------------------------------------------------
     def queue(self, public_id: str) -> dict[str, Any]:

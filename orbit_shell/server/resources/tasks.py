@@ -11,7 +11,7 @@ from orbit_shell.engine import batches, serialize
 from orbit_shell.server import actions, auth
 from orbit_shell.server.common import in_scope_batch, item, ok, read_json, read_query, scope
 from orbit_shell.server.guard import SubmitGuard
-from orbit_shell.server.scoped import CURSOR_PATTERN, MAX_PAGE, decode_cursor, encode_cursor
+from orbit_shell.server.scoped import CURSOR_PATTERN, MAX_PAGE
 
 STATES = (
     "WAITING",
@@ -128,9 +128,9 @@ class Tasks:
         if "queue_id" in filters:
             filters["queue_id"] = s.queue(filters["queue_id"])["id"]
         limit = query.get("limit", 50)
-        rows = s.tasks(filters, decode_cursor(query.get("cursor", "0")), limit + 1)
+        rows = s.tasks(filters, s.task_position(query.get("cursor")), limit + 1)
         page = rows[:limit]
-        cursor = encode_cursor(page[-1]["id"]) if len(rows) > limit else None
+        cursor = page[-1]["public_id"] if len(rows) > limit else None
         ok(req, resp, {"tasks": [serialize.task_summary(r) for r in page], "next_cursor": cursor})
 
     def on_get_item(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:

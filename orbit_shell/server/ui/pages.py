@@ -24,7 +24,7 @@ from orbit_shell.server import actions, auth, keypages
 from orbit_shell.server.resources import keys as key_routes
 from orbit_shell.server.resources import tasks as task_routes
 from orbit_shell.server.resources.schedules import schedule_list, schedule_view
-from orbit_shell.server.scoped import Scope, decode_cursor, encode_cursor
+from orbit_shell.server.scoped import Scope
 from orbit_shell.server.ui import reads, session
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -178,11 +178,11 @@ class Dashboard:
             queues = reads.queue_figures(s)
             if "queue_id" in filters:
                 filters["queue_id"] = s.queue(filters["queue_id"])["id"]
-            rows = s.tasks(filters, decode_cursor(req.get_param("cursor") or "0"), PAGE + 1)
+            rows = s.tasks(filters, s.task_position(req.get_param("cursor")), PAGE + 1)
             more = len(rows) > PAGE
             nxt = {k: v for k, v in chosen.items() if v}
             if more:
-                nxt["cursor"] = encode_cursor(rows[PAGE - 1]["id"])
+                nxt["cursor"] = rows[PAGE - 1]["public_id"]
             return {
                 "tasks": rows[:PAGE],
                 "chosen": chosen,
