@@ -13,6 +13,8 @@ parked count and oldest parked task are exact and its tasks respect the credenti
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 from typing import Any
 
@@ -20,10 +22,14 @@ from orbit_shell import errors
 from orbit_shell.server.scoped import Scope
 
 STATES = ("held", "contended", "idle")
-# A page ends at (sort time in microseconds, key row id); idle keys page by the id alone. Every
-# string of this form is a cursor (one of another listing starts at its key row id).
-# (16 digits of microseconds reach past the year 2200, 18 of id stay below 2**63.)
-CURSOR_PATTERN = r"^[0-9]{1,16}\.[0-9]{1,18}$"
+# A page ends at (sort time in microseconds, key); idle keys page in key row order, their time
+# 0. The key travels in the cursor (its UTF-8, base64url) and is resolved to its row in the
+# namespace. Not the row id: one sequence for the whole server, it told a tenant how many keys
+# every tenant had made. A cursor of this form naming no key the credential can see (one never
+# used, another namespace's, one of queues outside its scope) is NOT_FOUND, all alike; any
+# other string is refused as invalid. (16 digits of microseconds reach past the year 2200; a
+# key's 191 characters are at most 764 bytes, 1019 characters of base64url.)
+CURSOR_PATTERN = r"^[0-9]{1,16}\.[A-Za-z0-9_-]{1,1019}$"
 EPOCH = dt.datetime(1970, 1, 1)
 
 
@@ -38,15 +44,9 @@ def _like(prefix: str | None) -> tuple[str, list[Any]]:
     return " AND r.concurrency_key LIKE %s", [escaped + "%"]
 
 
-def _decode(cursor: str | None) -> tuple[dt.datetime, int] | None:
-    if cursor is None:
-        return None
-    micros, rid = (int(part) for part in cursor.split("."))
-    return EPOCH + dt.timedelta(microseconds=micros), rid
-
-
-def _encode(at: dt.datetime, rid: int) -> str:
-    return f"{_micros(at)}.{rid}"
+def _encode(at: dt.datetime, concurrency_key: str) -> str:
+    text = base64.urlsafe_b64encode(concurrency_key.encode("utf-8")).rstrip(b"=").decode()
+    return f"{_micros(at)}.{text}"
 
 
 class KeyPages:
@@ -59,8 +59,26 @@ class KeyPages:
 
     def page(self, state: str | None, cursor: str | None, limit: int) -> tuple[list, str | None]:
         if state == "idle":
-            return self._idle(_decode(cursor), limit)
-        return self._busy(state, _decode(cursor), limit)
+            return self._idle(self._after(cursor), limit)
+        return self._busy(state, self._after(cursor), limit)
+
+    def _after(self, cursor: str | None) -> tuple[dt.datetime, int] | None:
+        """Where a page resumes: the cursor's time and its key's row id."""
+        if cursor is None:
+            return None
+        micros, text = cursor.split(".", 1)
+        unseen = errors.NotFound("the cursor names no key this credential can read")
+        try:
+            key = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            raise unseen from None
+        rows = self.s.db.query(
+            "SELECT id FROM concurrency_resources WHERE namespace_id = %s AND concurrency_key = %s",
+            [self.s.namespace_id, key],
+        )
+        if not rows or self._visible(key) is None:
+            raise unseen
+        return EPOCH + dt.timedelta(microseconds=int(micros)), rows[0]["id"]
 
     # Busy keys: held or contended ------------------------------------------------------------
     def _waiting(self, after: tuple | None, n: int) -> list[dict[str, Any]]:
@@ -119,7 +137,7 @@ class KeyPages:
                 if len(out) == limit:
                     return out, _encode(*last)
                 out.append(key)
-                last = after
+                last = (r["sort_at"], r["concurrency_key"])
             if len(rows) < chunk:
                 return out, None
 
@@ -142,6 +160,7 @@ class KeyPages:
     def _idle(self, after: tuple | None, limit: int) -> tuple[list, str | None]:
         rid = after[1] if after else 0
         out: list[dict[str, Any]] = []
+        last = ""  # the key the page ends at (a key skipped after it is read again next page)
         while True:
             rows = self.s.db.query(
                 "SELECT r.id, r.concurrency_key FROM concurrency_resources r "
@@ -156,8 +175,8 @@ class KeyPages:
                     rid = r["id"]
                     continue
                 if len(out) == limit:
-                    return out, _encode(EPOCH, rid)
+                    return out, _encode(EPOCH, last)
                 out.append(key)
-                rid = r["id"]
+                rid, last = r["id"], r["concurrency_key"]
             if len(rows) <= limit:
                 return out, None

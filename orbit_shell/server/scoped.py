@@ -98,9 +98,10 @@ class Scope:
 
     def task_position(self, cursor: str | None) -> int:
         """Where the task list resumes after ``cursor`` (0 without one): the internal id of the
-        task it names. A task this credential cannot see (another namespace, a queue outside
-        its scope) is not a cursor, as a task that does not exist is not: no cursor tells
-        apart what the credential may not see."""
+        task it names. A cursor of another form is INVALID_ARGUMENT; one of the form naming no
+        task this credential can see (none, another namespace's, a queue's outside its scope)
+        is NOT_FOUND, all alike: no cursor tells apart what the credential may not see, and
+        no cursor the OpenAPI document allows is refused as invalid."""
         if not cursor:
             return 0
         if not _CURSOR.match(cursor):
@@ -111,7 +112,7 @@ class Scope:
             [cursor, self.namespace_id, *args],
         )
         if not rows:
-            raise errors.field_error("cursor", _NOT_A_CURSOR)
+            raise errors.NotFound("the cursor names no task this credential can read")
         return rows[0]["id"]
 
     # Queues ---------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ namespace and queue (SPEC 1), read-only (no unlock, no token reset: K6, K7)."""
 
 from __future__ import annotations
 
+import base64
 from urllib.parse import quote
 
 from tests.helpers import Session, limited_credential, submit
@@ -160,7 +161,7 @@ def test_v1_key_list_is_scoped_and_refuses_bad_parameters(client, tenant, tenant
     for params in (
         {"state": "stuck"},
         {"cursor": "12"},
-        {"cursor": "1.x"},
+        {"cursor": "1.a+b"},
         {"cursor": "99999999999999999.1"},
         {"limit": "0"},
         {"prefix": ""},
@@ -170,3 +171,45 @@ def test_v1_key_list_is_scoped_and_refuses_bad_parameters(client, tenant, tenant
         assert result.status_code == 400, (params, result.text)
         assert result.json["error"]["code"] == "INVALID_ARGUMENT"
     assert client.simulate_get("/v1/keys").status_code == 401
+
+
+def test_v1_a_key_list_cursor_carries_a_key_the_credential_may_see_not_a_row_id(
+    client, tenant, tenant_factory, database
+):
+    """A key page's cursor names its last key. It carried the key row's id, one sequence for
+    the whole server, so a tenant paging its keys saw how many keys every tenant had made. A
+    cursor naming a key another namespace uses, or one whose tasks are all outside the
+    credential's queues, is 404 like one naming a key never used (SPEC 1: nothing tells them
+    apart)."""
+    for key in ("p/1", "p/1", "p/2", "p/2", "p/é"):  # contended, then idle once drained
+        submit(client, tenant, None, 201, concurrency_key=key)
+    stranger = tenant_factory()
+    submit(client, stranger, None, 201, concurrency_key="theirs/1")
+    q2 = client.simulate_post("/v1/queues", headers=tenant.headers, json={"name": "kc"})
+    submit(client, tenant, None, 201, queue_id=q2.json["data"]["queue_id"], concurrency_key="q/2")
+    limited = limited_credential(database, tenant, "tasks:read")
+    first = _list(client, limited, limit=1)
+    [row] = database.query(
+        "SELECT id FROM concurrency_resources WHERE concurrency_key = %s",
+        (first["keys"][0]["concurrency_key"],),
+    )
+    assert str(row["id"]) not in first["next_cursor"].split(".")
+    assert _walk(client, limited) == ["p/1", "p/2"]
+    assert _walk(client, limited, state="idle") == ["p/é"]
+
+    def cursor_of(key: str) -> str:
+        return first["next_cursor"].split(".")[0] + "." + _b64(key)
+
+    assert _list(client, limited, cursor=cursor_of("p/1"))["keys"][0]["concurrency_key"] == "p/2"
+    unseen = [
+        client.simulate_get("/v1/keys", headers=limited, params={"cursor": cursor})
+        for cursor in [cursor_of(k) for k in ("theirs/1", "q/2", "never/used")] + ["1.x"]
+    ]
+    assert {(r.status_code, r.json["error"]["message"]) for r in unseen} == {
+        (404, "the cursor names no key this credential can read")
+    }
+    assert _walk(client, tenant.headers, state="idle") == ["p/é", "q/2"]
+
+
+def _b64(key: str) -> str:
+    return base64.urlsafe_b64encode(key.encode()).rstrip(b"=").decode()

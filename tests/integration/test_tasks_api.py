@@ -289,9 +289,9 @@ def test_detail_list_filters_and_cursor_pagination(client, tenant):
 def test_a_list_cursor_is_a_task_id_the_credential_may_see(client, tenant_factory, database):
     """A page's cursor is its last task's public id. It was the internal id, one sequence
     for the whole server: a tenant paging its own tasks watched it advance with every
-    tenant's submissions. A task of another namespace or of a queue outside the credential's
-    scope is no cursor, like a task that does not exist (SPEC 1: nothing tells them apart),
-    and neither is an internal id."""
+    tenant's submissions. A cursor naming a task of another namespace or of a queue outside
+    the credential's scope is 404 like one naming no task (SPEC 1: nothing tells them apart);
+    an internal id is no cursor at all (400)."""
     mine, theirs = tenant_factory(), tenant_factory()
     ids = [submit(client, mine, None, 201).json["data"]["task_id"] for _ in range(3)]
     other_namespace = submit(client, theirs, None, 201).json["data"]["task_id"]
@@ -310,12 +310,14 @@ def test_a_list_cursor_is_a_task_id_the_credential_may_see(client, tenant_factor
     assert [t["task_id"] for t in page(limited, ids[0]).json["data"]["tasks"]] == [ids[1]]
     assert [t["task_id"] for t in page(mine.headers, other_queue).json["data"]["tasks"]] == []
     [row] = database.query("SELECT id FROM tasks WHERE public_id = %s", (ids[0],))
-    for cursor in (other_namespace, other_queue, "f" * 32, str(row["id"])):
-        result = page(limited, cursor)
-        assert result.status_code == 400, (cursor, result.text)
-        assert result.json["error"]["details"] == [
-            {"field": "cursor", "message": "is not a cursor returned by this API"}
-        ]
+    unseen = [page(limited, cursor) for cursor in (other_namespace, other_queue, "f" * 32)]
+    assert {(r.status_code, r.json["error"]["message"]) for r in unseen} == {
+        (404, "the cursor names no task this credential can read")
+    }
+    result = page(limited, str(row["id"]))
+    assert result.status_code == 400 and result.json["error"]["details"] == [
+        {"field": "cursor", "message": "is not a cursor returned by this API"}
+    ]
 
 
 def test_a_list_page_reads_its_namespace_not_the_tasks_of_others(database, tenant_factory):
