@@ -65,10 +65,11 @@ LIST_INDEXES = {
 }
 
 
-# A page's cursor is the public id of its last task: opaque to clients (only ever sent back),
-# and every string of this form is a cursor, so the OpenAPI document states exactly what a
-# cursor may be. Not the internal id: one sequence for the whole server, it let a tenant
-# paging its own tasks read every tenant's submission rate off its cursors.
+# A page's cursor is the public id of its last task: opaque to clients (only ever sent back).
+# The OpenAPI document states its form; one of the form naming no task the credential can read
+# is NOT_FOUND (Scope.task_position), never refused as invalid. Not the internal id: one
+# sequence for the whole server, it let a tenant paging its own tasks read every tenant's
+# submission rate off its cursors.
 CURSOR_PATTERN = r"^[0-9a-f]{32}$"
 _CURSOR = re.compile(CURSOR_PATTERN)
 _NOT_A_CURSOR = "is not a cursor returned by this API"
