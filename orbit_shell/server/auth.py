@@ -68,6 +68,14 @@ class Principal:
         return self.all_queues or queue_id in self.queue_ids
 
 
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, None without one. The scheme's name
+    is case-insensitive (RFC 9110 11.1): a client writing "bearer" was refused."""
+    if not header or header[:7].lower() != "bearer ":
+        return None
+    return header[7:].strip()
+
+
 def bearer(header: str | None) -> tuple[str, str]:
     """``(credential public id, SHA-256 of the token)`` of an ``Authorization: Bearer``
     header, read without the database (a routine that authenticates itself takes these).
@@ -75,9 +83,9 @@ def bearer(header: str | None) -> tuple[str, str]:
     Raises:
         Unauthenticated: missing or malformed.
     """
-    if not header or not header.startswith("Bearer "):
+    token = bearer_token(header)
+    if token is None:
         raise errors.Unauthenticated()
-    token = header[len("Bearer ") :].strip()
     match = TOKEN_RE.match(token)
     if not match:
         raise errors.Unauthenticated()

@@ -227,6 +227,15 @@ def test_bad_credentials_are_401(client, header):
     _assert_error(client.simulate_get("/v1/queues", headers=headers), 401, "UNAUTHENTICATED")
 
 
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "BeArEr"])
+def test_the_bearer_scheme_is_case_insensitive(client, tenant, scheme):
+    """RFC 9110 11.1: an authentication scheme's name is case-insensitive; some clients
+    write "bearer", and they were refused with 401."""
+    token = tenant.headers["Authorization"].split(" ", 1)[1]
+    result = client.simulate_get("/v1/queues", headers={"Authorization": f"{scheme} {token}"})
+    assert result.status_code == 200, result.text
+
+
 def test_wrong_secret_for_a_real_credential_is_401(client, tenant):
     token = tenant.token[:-4] + ("AAAA" if not tenant.token.endswith("AAAA") else "BBBB")
     _assert_error(

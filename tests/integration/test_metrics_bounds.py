@@ -44,5 +44,10 @@ def test_l5_a_metrics_token_closes_the_page(orbit_dsn, database):
     assert wrong.status_code == 401
     allowed = client.simulate_get("/metrics", headers={"Authorization": "Bearer scrape-secret"})
     assert allowed.status_code == 200 and "orbit_http_requests_total" in allowed.text
+    # The scheme is case-insensitive (RFC 9110), and a bare token is no bearer header.
+    lower = client.simulate_get("/metrics", headers={"Authorization": "bearer scrape-secret"})
+    assert lower.status_code == 200
+    bare = client.simulate_get("/metrics", headers={"Authorization": "scrape-secret"})
+    assert bare.status_code == 401
     # Open by default: no token configured, no header needed.
     assert _client(orbit_dsn, database).simulate_get("/metrics").status_code == 200

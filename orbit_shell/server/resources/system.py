@@ -11,6 +11,7 @@ from prometheus_client.registry import Collector
 
 from orbit_shell import errors
 from orbit_shell.engine import schema
+from orbit_shell.server import auth
 from orbit_shell.server.common import ok
 
 
@@ -63,7 +64,7 @@ class Metrics:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         if self.token is not None:
-            sent = (req.get_header("Authorization") or "").removeprefix("Bearer ").strip()
+            sent = auth.bearer_token(req.get_header("Authorization")) or ""
             if not hmac.compare_digest(sent.encode(), self.token.encode()):
                 raise errors.Unauthenticated("/metrics needs the metrics token")
         registry = self.registry
