@@ -165,6 +165,29 @@ def test_v1_read_only_sees_no_actions_and_forged_posts_are_refused(
     assert task["state"] == "CANCELLED"
 
 
+def test_v1_a_sign_in_or_out_posted_from_another_site_is_refused(browser, orbit_server, tenant):
+    """Login CSRF: the sign-in form has no CSRF token (nobody is signed in yet), so another
+    site's page could post a token of its own and sign the visitor in as that credential. A
+    sign-in or sign-out whose Origin names another host is refused and sets no cookie."""
+    context = browser.new_context()
+    forged = context.request.post(
+        orbit_server + "/ui/login",
+        form={"token": tenant.token},
+        headers={"Origin": "https://evil.example"},
+        max_redirects=0,
+    )
+    assert forged.status == 403, forged.text()
+    assert [c for c in context.cookies() if c["name"] == "orbit_token"] == []
+    context.close()
+    page = _signed_in(browser, orbit_server, tenant.token)  # the page's own form signs in
+    out = page.request.post(
+        orbit_server + "/ui/logout", headers={"Origin": "https://evil.example"}, max_redirects=0
+    )
+    assert out.status == 403
+    page.goto(orbit_server + "/ui/")
+    assert page.url.endswith("/ui/")  # still signed in
+
+
 def test_v1_tenant_b_never_appears_for_tenant_a(
     browser, orbit_server, client, tenant, tenant_factory
 ):

@@ -133,6 +133,11 @@ class Dashboard:
         self._render(req, resp, "login.html", scopes=frozenset(), csrf="", failed=False)
 
     def on_post_login(self, req, resp) -> None:
+        try:
+            session.check_origin(req)
+        except errors.PermissionDenied as exc:
+            self._error(req, resp, exc)
+            return
         form = self._form(req)
         token = form.get("token", "").strip()
         try:
@@ -146,6 +151,11 @@ class Dashboard:
         raise falcon.HTTPSeeOther("/ui/")
 
     def on_post_logout(self, req, resp) -> None:
+        try:
+            session.check_origin(req)
+        except errors.PermissionDenied as exc:
+            self._error(req, resp, exc)
+            return
         session.sign_out(resp)
         raise falcon.HTTPSeeOther("/ui/login")
 
