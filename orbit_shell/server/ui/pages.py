@@ -132,11 +132,18 @@ class Dashboard:
     def on_get_login(self, req, resp) -> None:
         self._render(req, resp, "login.html", scopes=frozenset(), csrf="", failed=False)
 
-    def on_post_login(self, req, resp) -> None:
+    def _posted_elsewhere(self, req, resp) -> bool:
+        """True, with the refusal answered, for a POST from another origin (session.check_origin):
+        the sign-in and sign-out, whose forms carry no CSRF token for _act to check."""
         try:
             session.check_origin(req)
         except errors.PermissionDenied as exc:
             self._error(req, resp, exc)
+            return True
+        return False
+
+    def on_post_login(self, req, resp) -> None:
+        if self._posted_elsewhere(req, resp):
             return
         form = self._form(req)
         token = form.get("token", "").strip()
@@ -151,10 +158,7 @@ class Dashboard:
         raise falcon.HTTPSeeOther("/ui/")
 
     def on_post_logout(self, req, resp) -> None:
-        try:
-            session.check_origin(req)
-        except errors.PermissionDenied as exc:
-            self._error(req, resp, exc)
+        if self._posted_elsewhere(req, resp):
             return
         session.sign_out(resp)
         raise falcon.HTTPSeeOther("/ui/login")
