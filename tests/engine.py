@@ -8,12 +8,18 @@ import secrets
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.schema import routine_name
 
+# A queue's attempts in flight and unfinished tasks by their definitions (SPEC), counted in
+# full: the oracle the API's bounded counts and the queue rows' kept counters are held to.
+QUEUE_COUNTS = (
+    "(SELECT COUNT(*) FROM attempts a WHERE a.queue_id = q.id"
+    " AND a.state IN ('LEASED', 'RUNNING')) AS active_attempts,"
+    " (SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id"
+    " AND t.state IN ('WAITING', 'LEASED', 'RUNNING', 'NEEDS_REVIEW')) AS unfinished_tasks"
+)
+
 
 def queue_counts(database: Database, queue_id: int) -> dict:
-    """The queue's unfinished tasks and attempts in flight as the API counts them when read
-    (the queue row keeps them only under a limit)."""
-    from orbit_shell.server.scoped import QUEUE_COUNTS
-
+    """The queue's unfinished tasks and attempts in flight, counted in full."""
     [row] = database.query(f"SELECT {QUEUE_COUNTS} FROM queues q WHERE q.id = %s", (queue_id,))
     return {k: int(v) for k, v in row.items()}
 

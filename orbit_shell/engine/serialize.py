@@ -36,6 +36,8 @@ def keys(row: dict[str, Any]) -> dict[str, str]:
 
 
 def queue(row: dict[str, Any]) -> dict[str, Any]:
+    """A queue row counted by ``Scope.counted``: each count is exact unless its
+    ``..._is_lower_bound`` says it stopped at the bound (queuecounts.COUNT_MAX)."""
     return {
         "queue_id": row["public_id"],
         "name": row["name"],
@@ -48,6 +50,8 @@ def queue(row: dict[str, Any]) -> dict[str, Any]:
         "retry_backoff_max_seconds": row["retry_backoff_max_seconds"],
         "active_attempts": row["active_attempts"],
         "unfinished_tasks": row["unfinished_tasks"],
+        "active_attempts_is_lower_bound": "active_attempts" in row["lower_bounds"],
+        "unfinished_tasks_is_lower_bound": "unfinished_tasks" in row["lower_bounds"],
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
     }

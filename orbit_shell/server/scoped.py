@@ -14,6 +14,7 @@ from typing import Any
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.serialize import PARKED_COUNT_MAX
+from orbit_shell.server import queuecounts
 from orbit_shell.server.auth import Principal
 
 # task_submit's answer repeats these columns as one JSON object (POST /v1/tasks answers from
@@ -24,29 +25,6 @@ TASK_COLUMNS = (
     "t.priority, t.max_attempts, t.attempts_used, t.available_at, t.deadline_at, t.created_at, "
     "t.updated_at, t.finished_at, t.result, t.error, t.schedule_version, t.fire_time, "
     "s.public_id AS schedule_public_id"
-)
-# A queue's attempts in flight and unfinished tasks, counted when read: the queue row keeps
-# them only where the queue has a limit (sql/README.md, "Limits without a shared lock"). One
-# subquery per state or lane, each an equality range of an index (an IN list joined to the
-# queue would read its whole history); unfinished = WAITING (a lane) + LEASED/RUNNING (one
-# attempt in flight each) + NEEDS_REVIEW.
-_IN_FLIGHT = " + ".join(
-    f"(SELECT COUNT(*) FROM attempts a FORCE INDEX (ix_attempts_queue_lease)"
-    f" WHERE a.queue_id = q.id AND a.state = '{state}')"
-    for state in ("LEASED", "RUNNING")
-)
-_WAITING = " + ".join(
-    f"(SELECT COUNT(*) FROM tasks t FORCE INDEX (ix_tasks_claim)"
-    f" WHERE t.queue_id = q.id AND t.lane = '{lane}')"
-    for lane in ("READY", "DELAYED", "BLOCKED")
-)
-_REVIEW = (
-    "(SELECT COUNT(*) FROM tasks t FORCE INDEX (ix_tasks_ns_state) WHERE t.namespace_id ="
-    " q.namespace_id AND t.state = 'NEEDS_REVIEW' AND t.queue_id = q.id)"
-)
-QUEUE_COUNTS = (
-    f"({_IN_FLIGHT}) AS active_attempts,"
-    f" ({_WAITING} + {_IN_FLIGHT} + {_REVIEW}) AS unfinished_tasks"
 )
 TASK_JOINS = "JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"
 TASK_FROM = f"FROM tasks t {TASK_JOINS}"
@@ -118,11 +96,11 @@ class Scope:
 
     # Queues ---------------------------------------------------------------------------------
     def queue(self, public_id: str) -> dict[str, Any]:
-        """The queue row, or NOT_FOUND when it is outside the namespace or queue scope."""
+        """The queue row, or NOT_FOUND when it is outside the namespace or queue scope. Its
+        counters are kept only under a limit: what it holds is counted by ``counted``."""
         extra, args = self._queue_filter("q.id")
         rows = self.db.query(
-            f"SELECT q.*, {QUEUE_COUNTS} FROM queues q WHERE q.public_id = %s"
-            " AND q.namespace_id = %s" + extra,
+            "SELECT q.* FROM queues q WHERE q.public_id = %s AND q.namespace_id = %s" + extra,
             [public_id, self.namespace_id, *args],
         )
         if not rows:
@@ -130,13 +108,17 @@ class Scope:
         return rows[0]
 
     def queues(self) -> list[dict[str, Any]]:
+        """The rows of the queues the credential may see, in id order (as ``queue``)."""
         extra, args = self._queue_filter("q.id")
         return self.db.query(
-            f"SELECT q.*, {QUEUE_COUNTS} FROM queues q WHERE q.namespace_id = %s"
-            + extra
-            + " ORDER BY q.id",
+            "SELECT q.* FROM queues q WHERE q.namespace_id = %s" + extra + " ORDER BY q.id",
             [self.namespace_id, *args],
         )
+
+    def counted(self, queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The queue rows with what they hold counted, bounded (``queuecounts``)."""
+        queuecounts.attach(self.db, self.namespace_id, queues)
+        return queues
 
     # Tasks ----------------------------------------------------------------------------------
     def task(self, public_id: str) -> dict[str, Any]:

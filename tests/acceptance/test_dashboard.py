@@ -15,7 +15,8 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.helpers import Session, limited_credential, submit
+from orbit_shell.server.queuecounts import COUNT_MAX
+from tests.helpers import Session, delete_tasks, limited_credential, submit, waiting_in_bulk
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency")
 CHROMIUM = os.environ.get("ORBIT_CHROMIUM") or shutil.which("chromium")
@@ -124,6 +125,26 @@ def test_v1_pausing_a_queue_in_the_page_is_what_the_api_sees(browser, orbit_serv
     page.locator(f"#queue-{tenant.queue_id}").get_by_role("button", name="Resume").click()
     api = client.simulate_get(f"/v1/queues/{tenant.queue_id}", headers=tenant.headers)
     assert api.json["data"]["state"] == "ACTIVE"
+
+
+def test_v1_a_queue_past_the_count_bound_shows_the_bound_with_a_plus(
+    browser, orbit_server, client, tenant, database
+):
+    """The overview's and the queues page's counts stop at queuecounts.COUNT_MAX (the cost of
+    a page does not grow with the backlog) and say so."""
+    _held_key_with_parked_tasks(client, tenant, "bulk/1")  # 2 parked through the API
+    span = waiting_in_bulk(database, tenant, tenant.queue_id, COUNT_MAX, "BLOCKED", "bulk/1")
+    try:
+        page = _signed_in(browser, orbit_server, tenant.token)
+        parked = page.locator(".card", has_text="Parked behind a key").locator("b")
+        assert parked.inner_text() == "10,000+", page.inner_text("main")
+        ready = page.locator(".card", has_text="Ready to claim").locator("b")
+        assert ready.inner_text() == "0"
+        page.goto(orbit_server + "/ui/queues")
+        cells = page.locator(f"#queue-{tenant.queue_id} td").all_inner_texts()
+        assert cells[3:6] == ["10,000+", "1", "1"], cells  # unfinished, running, held keys
+    finally:
+        delete_tasks(database, span)
 
 
 def test_v1_read_only_sees_no_actions_and_forged_posts_are_refused(

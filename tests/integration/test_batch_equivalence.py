@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from orbit_shell.server.scoped import QUEUE_COUNTS
+from tests.engine import QUEUE_COUNTS
 from tests.helpers import Session, submit, task_body
 
 SUBMISSIONS = [

@@ -29,15 +29,16 @@ class Queues:
             body["retry_backoff_seconds"],
             body["retry_backoff_max_seconds"],
         )
-        ok(req, resp, serialize.queue(s.queue(row["queue_id"])), falcon.HTTP_201)
+        [queue] = s.counted([s.queue(row["queue_id"])])
+        ok(req, resp, serialize.queue(queue), falcon.HTTP_201)
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "queues:manage")
-        ok(req, resp, [serialize.queue(r) for r in s.queues()])
+        ok(req, resp, [serialize.queue(r) for r in s.counted(s.queues())])
 
     def on_get_item(self, req: falcon.Request, resp: falcon.Response, queue_id: str) -> None:
         s = scope(req, "queues:manage")
-        ok(req, resp, serialize.queue(s.queue(queue_id)))
+        ok(req, resp, serialize.queue(*s.counted([s.queue(queue_id)])))
 
     def on_post_pause(self, req: falcon.Request, resp: falcon.Response, queue_id: str) -> None:
         self._set_state(req, resp, queue_id, "PAUSED")
@@ -48,4 +49,4 @@ class Queues:
     def _set_state(self, req, resp, queue_id: str, state: str) -> None:
         s = scope(req, "queues:manage")
         read_json(req, validation.EMPTY, self.max_body)
-        ok(req, resp, serialize.queue(actions.set_queue_state(s, queue_id, state)))
+        ok(req, resp, serialize.queue(*s.counted([actions.set_queue_state(s, queue_id, state)])))

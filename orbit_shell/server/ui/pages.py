@@ -61,7 +61,13 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["keypath"] = lambda key: quote(key, safe="")
+    env.globals["figure"] = _figure
     return env
+
+
+def _figure(row: dict[str, Any], name: str) -> str:
+    """A counted figure of a row (queuecounts): "10,000+" where the count stopped."""
+    return f"{row[name]:,}+" if name in row["lower_bounds"] else str(row[name])
 
 
 class Dashboard:
@@ -167,12 +173,13 @@ class Dashboard:
     def on_get_overview(self, req, resp) -> None:
         def build(s: Scope) -> dict:
             queues = reads.queue_figures(s)
+            names = ("ready", "parked", "needs_review", "expired_last_hour")
             return {
                 "queues": queues,
                 "live_sessions": reads.live_sessions(s),
                 "totals": {
-                    name: sum(q[name] for q in queues)
-                    for name in ("ready", "parked", "needs_review", "expired_last_hour")
+                    **{name: sum(q[name] for q in queues) for name in names},
+                    "lower_bounds": {n for q in queues for n in q["lower_bounds"]},
                 },
             }
 
@@ -189,7 +196,7 @@ class Dashboard:
             chosen = {name: req.get_param(name) or "" for name in TASK_FILTERS}
             # The API's checks for its filters (tasks.LIST_QUERY), and the page's handler.
             filters = {n: TASK_FILTERS[n](n, value) for n, value in chosen.items() if value}
-            queues = reads.queue_figures(s)
+            queues = s.queues()  # the filter's choices: names only, nothing counted
             if "queue_id" in filters:
                 filters["queue_id"] = s.queue(filters["queue_id"])["id"]
             rows = s.tasks(filters, s.task_position(req.get_param("cursor")), PAGE + 1)

@@ -6,29 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from orbit_shell.server import dbmetrics
-from orbit_shell.server.scoped import QUEUE_COUNTS, Scope
+from orbit_shell.server.scoped import Scope
 
-# Per queue of the namespace: the figures /metrics exports, the queue's delayed tasks and its
-# NEEDS_REVIEW tasks (ix_tasks_ns_state).
-QUEUE_FIGURES = (
-    f"SELECT q.id, q.public_id, q.name, q.state, {QUEUE_COUNTS}, "
-    f"q.max_concurrency, q.max_unfinished, {dbmetrics.QUEUE_FIGURES}, "
-    f"{dbmetrics.OLDEST_PARKED} AS oldest_parked_at, "
-    "(SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id AND t.lane = 'DELAYED') "
-    " AS delayed_tasks, "
-    "(SELECT COUNT(*) FROM tasks t FORCE INDEX (ix_tasks_ns_state) WHERE t.namespace_id = "
-    " q.namespace_id AND t.state = 'NEEDS_REVIEW' AND t.queue_id = q.id) AS needs_review "
-    "FROM queues q WHERE q.namespace_id = %s"
-)
 # A worker session is live while it has called within this many seconds (a claim's long poll
 # lasts at most 30 s; the SDK calls again at once).
 LIVE_SECONDS = 90
 
 
 def queue_figures(s: Scope) -> list[dict[str, Any]]:
-    extra, args = s._queue_filter("q.id")
-    return s.db.query(QUEUE_FIGURES + extra + " ORDER BY q.id", [s.namespace_id, *args])
+    """Per queue the credential may see: what /metrics exports, its delayed tasks, tasks
+    needing review, unfinished tasks and attempts in flight, each counted up to
+    queuecounts.COUNT_MAX (the page shows a count that stopped as "10,000+")."""
+    return s.counted(s.queues())
 
 
 def sessions(s: Scope, limit: int = 200) -> list[dict[str, Any]]:
