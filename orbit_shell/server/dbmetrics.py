@@ -14,6 +14,9 @@ so once; an unreachable database leaves them out of that scrape only.
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
 from collections.abc import Iterator
 
 import pymysql
@@ -79,9 +82,9 @@ class PurgeCollector(Collector):
 
 
 # Per queue, what operators alert on (V1): a correlated read per queue and figure, each by
-# index (ix_tasks_claim, ix_tasks_queue_lane_key, ix_attempts_queue_lease). Counting reads
-# every READY and parked entry of a queue, so a scrape costs what the backlog holds. The
-# dashboard's overview (ui/reads.py) reads the same figures for a namespace's queues.
+# index (ix_tasks_claim, ix_attempts_queue_lease). Counting reads every READY and parked entry
+# of a queue, so one read of them costs what the backlogs hold; QueueCollector reuses a read
+# for a while after it so that scrapes, however many, cannot make that cost a multiple.
 QUEUE_FIGURES = (
     "(SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id AND t.lane = 'READY') AS ready, "
     "(SELECT COUNT(*) FROM tasks t WHERE t.queue_id = q.id AND t.lane = 'BLOCKED') AS parked, "
@@ -133,23 +136,59 @@ QUEUE_GAUGES = (
 
 class QueueCollector(Collector):
     """Per-queue gauges, labelled by queue id only (no per-key labels: a closed set per
-    queue the operator made), from one query per scrape."""
+    queue the operator made), from one query.
 
-    def __init__(self, database: Database) -> None:
+    ``/metrics`` is open unless a token is set, and the query costs what every queue's
+    backlog holds. So a read's rows answer the scrapes that follow it for ``REUSE`` times as
+    long as the read took (at most ``REUSE_MAX`` seconds), and scrapes arriving while one
+    reads wait for it: per server process the queries take at most about 1/``REUSE`` of one
+    connection's time however often the page is scraped. At small backlogs a read takes a
+    millisecond or so and is reused for tens of milliseconds; at a large one, for a few
+    seconds (a Prometheus scrape interval is 15 s or more). The oldest wait is aged by the
+    time since the read."""
+
+    REUSE = 20
+    REUSE_MAX = 30.0
+
+    def __init__(self, database: Database, clock=time.monotonic) -> None:
         self.db = database
+        self.clock = clock
+        self.lock = threading.Lock()  # gevent's, under the server's workers
+        self.rows: list[dict] = []
+        self.read_at = 0.0
+        self.fresh_until = -math.inf
+
+    def _rows(self) -> tuple[list[dict], float] | None:
+        """The rows and when they were read: the last read's while it is fresh, else new."""
+        with self.lock:
+            started = self.clock()
+            if started < self.fresh_until:
+                return self.rows, self.read_at
+            try:
+                with self.db.connection() as conn, conn.cursor() as cur:
+                    cur.execute(QUEUE_QUERY)
+                    rows = list(cur.fetchall())
+            except pymysql.MySQLError as exc:
+                log.warning("metrics: queues not read: %s", exc, extra={"action": "metrics.queues"})
+                return None
+            except errors.Unavailable:
+                return None
+            done = self.clock()
+            self.rows, self.read_at = rows, done
+            self.fresh_until = done + min((done - started) * self.REUSE, self.REUSE_MAX)
+            return rows, done
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        try:
-            with self.db.connection() as conn, conn.cursor() as cur:
-                cur.execute(QUEUE_QUERY)
-                rows = cur.fetchall()
-        except pymysql.MySQLError as exc:
-            log.warning("metrics: queues not read: %s", exc, extra={"action": "metrics.queues"})
+        read = self._rows()
+        if read is None:
             return
-        except errors.Unavailable:
-            return
+        rows, read_at = read
+        since_us = (self.clock() - read_at) * 1e6
         for column, name, text, scale in QUEUE_GAUGES:
             family = GaugeMetricFamily(name, text, labels=["queue_id"])
             for row in rows:
-                family.add_metric([row["queue_id"]], int(row[column]) * scale)
+                value = int(row[column])
+                if column == "oldest_parked_us" and value:
+                    value += since_us
+                family.add_metric([row["queue_id"]], value * scale)
             yield family

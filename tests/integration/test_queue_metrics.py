@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from orbit_shell.server.app import create_app
 from orbit_shell.server.config import Config
+from orbit_shell.server.dbmetrics import QueueCollector
 from tests.engine import Engine, sweep
 from tests.helpers import Session, submit
 
@@ -47,3 +48,29 @@ def test_per_queue_gauges_count_ready_parked_held_and_expired(orbit_dsn, databas
     # is back, READY.
     assert gauges["orbit_queue_ready_tasks"] == 1
     assert "m/k" not in page and "concurrency_key" not in page
+
+
+def test_l1_scrapes_reuse_the_last_read_for_a_multiple_of_its_time(database, tenant):
+    """However often /metrics is scraped, the queue query (which costs what the backlogs hold)
+    runs again only once its last rows are older than REUSE times the read took."""
+    now = [1000.0]
+    ticks = iter(range(10**6))
+
+    def clock() -> float:  # every call advances a microsecond: a read "takes" two of them
+        return now[0] + next(ticks) * 1e-6
+
+    collector = QueueCollector(database, clock=clock)
+
+    def ready() -> float:
+        for family in collector.collect():
+            if family.name == "orbit_queue_ready_tasks":
+                return next(s.value for s in family.samples if s.labels["queue_id"] == q)
+        raise AssertionError("no ready gauge")
+
+    q = tenant.queue_id
+    Engine(database, tenant).submit()
+    assert ready() == 1
+    Engine(database, tenant).submit()
+    assert ready() == 1  # the same rows: the read is fresh for REUSE x its time
+    now[0] += QueueCollector.REUSE_MAX
+    assert ready() == 2  # read again
