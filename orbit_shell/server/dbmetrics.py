@@ -93,21 +93,27 @@ QUEUE_FIGURES = (
     "(SELECT COUNT(*) FROM attempts a WHERE a.queue_id = q.id AND a.state = 'EXPIRED' "
     " AND a.lease_expires_at > UTC_TIMESTAMP(6) - INTERVAL 1 HOUR) AS expired_last_hour"
 )
-# When the queue's oldest parked task was submitted (NULL: none parked): one dive per priority,
-# since ix_tasks_claim orders a lane by priority before id and MIN(id) over the lane would read
-# all of it. LEAST of the ten (COALESCE: LEAST of a NULL is NULL; ~0 names no task).
-OLDEST_PARKED = (
-    "(SELECT o.created_at FROM tasks o WHERE o.id = LEAST("
-    + ", ".join(
-        "COALESCE((SELECT MIN(t.id) FROM tasks t FORCE INDEX (ix_tasks_claim) WHERE"
-        f" t.queue_id = q.id AND t.lane = 'BLOCKED' AND t.priority = {p}), ~0)"
-        for p in range(10)
+
+
+def oldest_parked(queue: str) -> str:
+    """When the oldest task parked in ``queue`` (an SQL expression: a column or ``%s``, then
+    bound ten times) was submitted; NULL when none is. One dive per priority, since
+    ix_tasks_claim orders a lane by priority before id and MIN(id) over the lane would read
+    all of it. LEAST of the ten (COALESCE: LEAST of a NULL is NULL; ~0 names no task)."""
+    return (
+        "(SELECT o.created_at FROM tasks o WHERE o.id = LEAST("
+        + ", ".join(
+            "COALESCE((SELECT MIN(t.id) FROM tasks t FORCE INDEX (ix_tasks_claim) WHERE"
+            f" t.queue_id = {queue} AND t.lane = 'BLOCKED' AND t.priority = {p}), ~0)"
+            for p in range(10)
+        )
+        + "))"
     )
-    + "))"
-)
+
+
 QUEUE_QUERY = (
     f"SELECT q.public_id AS queue_id, {QUEUE_FIGURES}, "
-    f"COALESCE(TIMESTAMPDIFF(MICROSECOND, {OLDEST_PARKED}, UTC_TIMESTAMP(6)), 0) "
+    f"COALESCE(TIMESTAMPDIFF(MICROSECOND, {oldest_parked('q.id')}, UTC_TIMESTAMP(6)), 0) "
     "AS oldest_parked_us FROM queues q ORDER BY q.id"
 )
 QUEUE_GAUGES = (

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from orbit_shell.engine.db import Database
+from orbit_shell.server import dbmetrics
 
 COUNT_MAX = 10_000
 
@@ -32,13 +33,6 @@ def _bounded(source: str, where: str, select: str = "1", columns: str = "COUNT(*
 _TASKS = "tasks t FORCE INDEX (ix_tasks_claim)"
 _ATTEMPTS = "attempts a FORCE INDEX (ix_attempts_queue_lease)"
 _LANE = "t.queue_id = %s AND t.lane = '{}'"
-# The oldest parked task: one dive per priority (ix_tasks_claim orders a lane by priority
-# first, so MIN(id) over the whole lane would read all of it).
-_OLDEST_DIVES = " UNION ALL ".join(
-    f"SELECT (SELECT MIN(t.id) FROM {_TASKS} WHERE {_LANE.format('BLOCKED')}"
-    f" AND t.priority = {p}) AS id"
-    for p in range(10)
-)
 _PARTS = (
     ("ready", _bounded(_TASKS, _LANE.format("READY"))),
     ("delayed", _bounded(_TASKS, _LANE.format("DELAYED"))),
@@ -66,9 +60,8 @@ _PER_QUEUE = (
     "SELECT %s AS id, p_ready.n AS `ready`, p_delayed.n AS `delayed`, p_parked.n AS `parked`, "
     "p_in_flight.n AS `in_flight`, p_in_flight.held AS `held_keys`, "
     "p_expired.n AS `expired_last_hour`, "
-    "(SELECT o.created_at FROM tasks o WHERE o.id = (SELECT MIN(d.id) FROM ("
-    + _OLDEST_DIVES
-    + ") d)) AS `oldest_parked_at` FROM "
+    + dbmetrics.oldest_parked("%s")
+    + " AS `oldest_parked_at` FROM "
     + ", ".join(f"{sql} p_{name}" for name, sql in _PARTS)
 )
 _REVIEW = (
