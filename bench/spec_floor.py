@@ -6,23 +6,29 @@ each on a queue and a session of its own, and mariadbd's CPU per call from one t
 two floors' ratio says what SPEC's own rows and checks cost on this machine, whatever the
 design, and Orbit's ratio to it what Orbit spends beyond them. Per change, beyond the floor:
 
-- submit: the queue read for its quota and lease (a quota is exact, so every submission reads
-  whether one is set), the Idempotency-Key looked up and recorded (K1), public ids (the API
+- submit: the queue and its application read for their backlog quotas (a quota is exact, so
+  every submission reads whether one is set), the Idempotency-Key looked up and recorded (K1),
+  the handler, its version and the payload's version kept for the worker, public ids (the API
   names tasks and attempts by them), the history row's actor;
 - the tasks' indexes SPEC's reads need: the claim's in priority order (W2), the lanes where
   a retry's backoff and a deadline end (SPEC 3), and one per filter of `GET /v1/tasks` with
   its cursor (queue, state, business key, concurrency key, none);
-- claim: the session row locked for its free capacity and counted (W2), the recovery probe
-  over the queue's expired leases (SPEC 3: recovery runs inside claims), a public id and a
-  lease for the attempt, its queue permit row (K5), the answer's task read back;
+- claim: the session row locked for its free capacity and counted (W2), the queue's permit
+  limit and the application's quota read (K5: one claim transaction reserves both), the
+  recovery probe over the queue's expired leases (SPEC 3: recovery runs inside claims), a task
+  whose retry backoff has ended (SPEC 3), a public id, a number and a lease for the attempt,
+  its queue permit row (K5), and the answer W2 names: the attempt's id, number and lease, and
+  the task with what the worker dispatches on (handler and version, payload, its key: K3);
 - start: the session resolved by its public id, the attempt locked by its public id and
   checked (holder, state, lease), then as the floor;
 - result: as start, the result's fingerprint stored for the duplicate check, the permit row
-  deleted and the session's count given back (K6, W2).
+  deleted and the session's count given back (K6, W2), and the answer names the task too (W7:
+  `{attempt, task}`).
 
 Left out, as no design needs them on this path: keys, tokens, limits that are not set, the
 namespace gates, more than one queue a session, fairness across sessions, and the task
-detail Orbit's answers carry beyond a few columns.
+detail Orbit's answers carry beyond what SPEC names (queue, payload version, business key,
+priority, attempts, deadline, times).
 """
 
 from __future__ import annotations
@@ -42,7 +48,10 @@ from orbit_shell.engine.db import Database
 TASKS = (
     "(id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,"
     " public_id CHAR(32) NOT NULL UNIQUE, namespace_id BIGINT UNSIGNED NOT NULL DEFAULT 1,"
-    " queue BIGINT UNSIGNED NOT NULL, state VARCHAR(16) NOT NULL, priority TINYINT NOT NULL,"
+    " queue BIGINT UNSIGNED NOT NULL, handler VARCHAR(200) NOT NULL DEFAULT '',"
+    " handler_version VARCHAR(64) NOT NULL DEFAULT '',"
+    " payload_version VARCHAR(64) NOT NULL DEFAULT '', attempts_used INT NOT NULL DEFAULT 0,"
+    " state VARCHAR(16) NOT NULL, priority TINYINT NOT NULL,"
     " business_key VARCHAR(255) NULL, concurrency_key VARCHAR(191) NOT NULL DEFAULT '',"
     " available_at DATETIME(6) NOT NULL, deadline_at DATETIME(6) NULL,"
     " payload JSON NOT NULL, result MEDIUMTEXT NULL, created_at DATETIME(6) NOT NULL,"
@@ -54,7 +63,10 @@ TASKS = (
 )
 
 DDL = (
-    "CREATE TABLE {f}.spec_queues (id BIGINT UNSIGNED PRIMARY KEY, max_unfinished INT NULL,"
+    "CREATE TABLE {f}.spec_apps (id BIGINT UNSIGNED PRIMARY KEY, max_active INT NULL,"
+    " max_unfinished INT NULL) ENGINE=InnoDB COMMENT='SPEC floor: applications and quotas'",
+    "CREATE TABLE {f}.spec_queues (id BIGINT UNSIGNED PRIMARY KEY,"
+    " app BIGINT UNSIGNED NOT NULL, max_concurrency INT NULL, max_unfinished INT NULL,"
     " lease_seconds INT NOT NULL) ENGINE=InnoDB COMMENT='SPEC floor: queues'",
     "CREATE TABLE {f}.spec_sessions (id BIGINT UNSIGNED PRIMARY KEY,"
     " public_id CHAR(32) NOT NULL UNIQUE, queue BIGINT UNSIGNED NOT NULL, capacity INT NOT NULL,"
@@ -67,7 +79,7 @@ DDL = (
     " ENGINE=InnoDB COMMENT='SPEC floor: Idempotency-Keys'",
     "CREATE TABLE {f}.spec_attempts (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,"
     " public_id CHAR(32) NOT NULL UNIQUE, task BIGINT UNSIGNED NOT NULL,"
-    " queue BIGINT UNSIGNED NOT NULL, session BIGINT UNSIGNED NOT NULL,"
+    " number INT NOT NULL, queue BIGINT UNSIGNED NOT NULL, session BIGINT UNSIGNED NOT NULL,"
     " state VARCHAR(16) NOT NULL, lease_expires DATETIME(6) NOT NULL,"
     " result_sha256 CHAR(64) NULL, KEY ix_lease (queue, state, lease_expires))"
     " ENGINE=InnoDB COMMENT='SPEC floor: attempts'",
@@ -84,10 +96,12 @@ DDL = (
       DECLARE v_task BIGINT UNSIGNED DEFAULT NULL;
       DECLARE v_queue BIGINT UNSIGNED DEFAULT NULL;
       DECLARE v_max INT;
+      DECLARE v_app_max INT;
       DECLARE v_fp CHAR(64);
       DECLARE v_now DATETIME(6);
       DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-      SELECT id, max_unfinished INTO v_queue, v_max FROM {f}.spec_queues WHERE id = p_queue;
+      SELECT q.id, q.max_unfinished, a.max_unfinished INTO v_queue, v_max, v_app_max
+        FROM {f}.spec_queues q JOIN {f}.spec_apps a ON a.id = q.app WHERE q.id = p_queue;
       IF v_queue IS NULL THEN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: queue not found';
       END IF;
@@ -96,9 +110,10 @@ DDL = (
        WHERE queue = v_queue AND idem_key = p_key;
       IF v_task IS NULL THEN
         SET v_now = UTC_TIMESTAMP(6);
-        INSERT INTO {f}.spec_tasks (public_id, queue, state, priority, available_at, payload,
-                                    created_at)
-          VALUES (REPLACE(UUID(), '-', ''), v_queue, 'WAITING', 5, v_now, p_payload, v_now);
+        INSERT INTO {f}.spec_tasks (public_id, queue, handler, handler_version, payload_version,
+                                    state, priority, available_at, payload, created_at)
+          VALUES (REPLACE(UUID(), '-', ''), v_queue, 'noop', 'v1', 'v1', 'WAITING', 5, v_now,
+                  p_payload, v_now);
         SET v_task = LAST_INSERT_ID();
         INSERT INTO {f}.spec_idempotency VALUES (v_queue, p_key, p_fp, v_task);
         INSERT INTO {f}.spec_history (task, what, who, at)
@@ -118,13 +133,18 @@ DDL = (
       DECLARE v_capacity INT;
       DECLARE v_in_flight INT;
       DECLARE v_lease INT;
+      DECLARE v_q_max INT;
+      DECLARE v_app_max INT;
+      DECLARE v_number INT;
       DECLARE v_due TINYINT;
       DECLARE v_now DATETIME(6);
       DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
       START TRANSACTION;
-      SELECT s.id, s.queue, s.capacity, s.in_flight, q.lease_seconds
-        INTO v_session, v_queue, v_capacity, v_in_flight, v_lease
+      SELECT s.id, s.queue, s.capacity, s.in_flight, q.lease_seconds, q.max_concurrency,
+             a.max_active
+        INTO v_session, v_queue, v_capacity, v_in_flight, v_lease, v_q_max, v_app_max
         FROM {f}.spec_sessions s JOIN {f}.spec_queues q ON q.id = s.queue
+        JOIN {f}.spec_apps a ON a.id = q.app
        WHERE s.public_id = p_session FOR UPDATE;
       IF v_session IS NULL THEN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: session not found';
@@ -133,24 +153,30 @@ DDL = (
       SELECT EXISTS (SELECT 1 FROM {f}.spec_attempts WHERE queue = v_queue
                         AND state IN ('LEASED', 'RUNNING') AND lease_expires <= v_now)
         INTO v_due;
-      IF v_in_flight < v_capacity THEN
-        SELECT id INTO v_task FROM {f}.spec_tasks WHERE queue = v_queue AND state = 'WAITING'
+      -- Neither limit is set here: a design that keeps one counts it under a lock (not
+      -- measured), and one that keeps none reads that it is not set, as here.
+      IF v_in_flight < v_capacity AND v_q_max IS NULL AND v_app_max IS NULL THEN
+        SELECT id, attempts_used + 1 INTO v_task, v_number FROM {f}.spec_tasks
+         WHERE queue = v_queue AND state = 'WAITING' AND available_at <= v_now
          ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED;
       END IF;
       IF v_task IS NOT NULL THEN
-        INSERT INTO {f}.spec_attempts (public_id, task, queue, session, state, lease_expires)
-          VALUES (REPLACE(UUID(), '-', ''), v_task, v_queue, v_session, 'LEASED',
+        INSERT INTO {f}.spec_attempts (public_id, task, number, queue, session, state,
+                                       lease_expires)
+          VALUES (REPLACE(UUID(), '-', ''), v_task, v_number, v_queue, v_session, 'LEASED',
                   v_now + INTERVAL v_lease SECOND);
         SET v_attempt = LAST_INSERT_ID();
         INSERT INTO {f}.spec_permits VALUES (v_attempt, v_queue, v_now + INTERVAL v_lease SECOND);
-        UPDATE {f}.spec_tasks SET state = 'LEASED' WHERE id = v_task;
+        UPDATE {f}.spec_tasks SET state = 'LEASED', attempts_used = v_number WHERE id = v_task;
         INSERT INTO {f}.spec_history (task, attempt, what, who, at)
           VALUES (v_task, v_attempt, 'CLAIMED', CONCAT('session:', p_session), v_now);
         UPDATE {f}.spec_sessions SET in_flight = in_flight + 1, last_seen = v_now
          WHERE id = v_session;
       END IF;
       COMMIT;
-      SELECT a.public_id AS attempt_id, t.public_id AS task_id, t.payload, a.lease_expires
+      SELECT a.public_id AS attempt_id, a.number AS attempt_number, a.lease_expires,
+             t.public_id AS task_id, t.handler, t.handler_version, t.payload,
+             t.concurrency_key
         FROM {f}.spec_attempts a JOIN {f}.spec_tasks t ON t.id = a.task WHERE a.id = v_attempt;
     END""",
     """CREATE PROCEDURE {f}.spec_advance(IN p_session CHAR(32), IN p_attempt CHAR(32),
@@ -192,8 +218,9 @@ DDL = (
           VALUES (v_task, v_attempt, p_state, CONCAT('session:', p_session), v_now);
       END IF;
       COMMIT;
-      SELECT p_attempt AS attempt_id, state, lease_expires FROM {f}.spec_attempts
-       WHERE id = v_attempt;
+      SELECT p_attempt AS attempt_id, a.state, a.lease_expires, t.public_id AS task_id,
+             t.state AS task_state
+        FROM {f}.spec_attempts a JOIN {f}.spec_tasks t ON t.id = a.task WHERE a.id = v_attempt;
     END""",
 )
 
@@ -207,7 +234,10 @@ def run(dsn: str, threads: int, seconds: float, run_threads) -> dict[str, Any]:
     try:
         with conn.cursor() as cur:
             for n, public in enumerate(sessions, start=1):
-                cur.execute(f"INSERT INTO `{scratch}`.spec_queues VALUES (%s, NULL, 30)", (n,))
+                cur.execute(f"INSERT INTO `{scratch}`.spec_apps VALUES (%s, NULL, NULL)", (n,))
+                cur.execute(
+                    f"INSERT INTO `{scratch}`.spec_queues VALUES (%s, %s, NULL, NULL, 30)", (n, n)
+                )
                 cur.execute(
                     f"INSERT INTO `{scratch}`.spec_sessions"
                     " VALUES (%s, %s, %s, 1000000, 0, UTC_TIMESTAMP(6))",
