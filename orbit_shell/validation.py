@@ -30,6 +30,8 @@ MAX_JSON_DEPTH = 30
 # JSON-schema patterns of the text rules below, so the OpenAPI document says what they refuse:
 # control characters (Unicode category Cc), and for printable ASCII anything outside it.
 NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"
+# ... and, for names and keys, whitespace at either end (empty allowed; a length says if not).
+TRIMMED = r"^(?:[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f])?)?$"
 PRINTABLE_ASCII = r"^[\x20-\x7e]*$"
 _JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
@@ -107,9 +109,15 @@ class Check:
 
 @dataclass
 class Text(Check):
+    """A string of ``min_len``-``max_len`` characters. ``trimmed``: no whitespace at either
+    end, for names the database compares: its collations pad with spaces, so ``"q "`` would
+    be the name ``"q"`` already taken, or a worker identity ``"w1 "`` would resume ``"w1"``'s
+    session."""
+
     min_len: int = 1
     max_len: int = 200
     printable_ascii: bool = False
+    trimmed: bool = False
 
     def __call__(self, name: str, value: Any) -> str:
         if not isinstance(value, str):
@@ -124,6 +132,8 @@ class Text(Check):
             raise field_error(name, "must be printable ASCII")
         if not self.printable_ascii and any(unicodedata.category(c) == "Cc" for c in value):
             raise field_error(name, "must not contain control characters")
+        if self.trimmed and value and (value[0].isspace() or value[-1].isspace()):
+            raise field_error(name, "must not start or end with whitespace")
         return value
 
     @property
@@ -132,7 +142,9 @@ class Text(Check):
             "type": "string",
             "minLength": self.min_len,
             "maxLength": self.max_len,
-            "pattern": PRINTABLE_ASCII if self.printable_ascii else NO_CONTROL,
+            "pattern": (
+                PRINTABLE_ASCII if self.printable_ascii else TRIMMED if self.trimmed else NO_CONTROL
+            ),
         }
 
 
@@ -262,10 +274,7 @@ class ConcurrencyKey(Check):
         "type": "string",
         "maxLength": MAX_KEY_CHARS,
         # K2: empty, or no control character anywhere and no whitespace at either end.
-        "pattern": (
-            r"^(?:[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*"
-            r"[^\s\x00-\x1f\x7f-\x9f])?)?$"
-        ),
+        "pattern": TRIMMED,
         "description": 'K2: omitted or "" = no key; 1-191 characters, exact bytes',
     }
 
@@ -364,7 +373,7 @@ class Shape:
 
 QUEUE_CREATE = Shape(
     {
-        "name": Field(Text(1, 100), required=True),
+        "name": Field(Text(1, 100, trimmed=True), required=True),
         "max_concurrency": Field(Integer(1, 1_000_000, nullable=True), default=None),
         "max_unfinished": Field(Integer(1, 1_000_000_000, nullable=True), default=None),
         "max_attempts": Field(Integer(1, 100), default=3),
@@ -399,7 +408,7 @@ EMPTY = Shape({})
 
 WORKER_HELLO = Shape(
     {
-        "worker_id": Field(Text(1, 191), required=True),
+        "worker_id": Field(Text(1, 191, trimmed=True), required=True),
         "queue_ids": Field(ListOf(Hex32(), 1, 100), required=True),
         "capacity": Field(Integer(1, 1000), required=True),
         # Workers that predate keyed concurrency do not send the flag: they are unkeyed (K11).

@@ -175,7 +175,7 @@ class DefinitionCheck(validation.Check):
 
 SCHEDULE_CREATE = validation.Shape(
     {
-        "name": validation.Field(validation.Text(1, 100), required=True),
+        "name": validation.Field(validation.Text(1, 100, trimmed=True), required=True),
         "rule": validation.Field(RuleCheck(), required=True),
         "definition": validation.Field(DefinitionCheck(), required=True),
     }

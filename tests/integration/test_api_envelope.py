@@ -362,3 +362,43 @@ def test_bootstrap_is_idempotent_for_the_same_names(database, tmp_path):
     args.output = str(tmp_path / "b.json")
     second = bootstrap(database, args)
     assert first["queue_id"] == second["queue_id"]
+
+
+@pytest.mark.parametrize("name", [" q", "q ", "q\u00a0", "\u2003q"])
+def test_names_with_whitespace_at_an_end_are_400_and_change_nothing(client, tenant, database, name):
+    """The database's collations pad with spaces: "q " would be the taken name "q", and a
+    worker identity "w1 " would resume "w1"'s session. Refused like a key with them (K2)."""
+    before = database.query(
+        "SELECT (SELECT COUNT(*) FROM queues) AS q, (SELECT COUNT(*) FROM schedules) AS s,"
+        " (SELECT COUNT(*) FROM worker_sessions) AS w"
+    )
+    queue = client.simulate_post("/v1/queues", json={"name": name}, headers=tenant.headers)
+    schedule = client.simulate_post(
+        "/v1/schedules",
+        json={
+            "name": name,
+            "rule": {"interval_seconds": 60},
+            "definition": {"task": task_body(tenant.queue_id)},
+        },
+        headers=tenant.headers,
+    )
+    hello = client.simulate_post(
+        "/v1/workers/hello",
+        json={"worker_id": name, "queue_ids": [tenant.queue_id], "capacity": 1},
+        headers=tenant.headers,
+    )
+    for result, field in ((queue, "name"), (schedule, "name"), (hello, "worker_id")):
+        _assert_error(result, 400, "INVALID_ARGUMENT")
+        assert result.json["error"]["details"] == [
+            {"field": field, "message": "must not start or end with whitespace"}
+        ]
+    assert (
+        database.query(
+            "SELECT (SELECT COUNT(*) FROM queues) AS q, (SELECT COUNT(*) FROM schedules) AS s,"
+            " (SELECT COUNT(*) FROM worker_sessions) AS w"
+        )
+        == before
+    )
+    # The same names inside are names like any other.
+    made = client.simulate_post("/v1/queues", json={"name": "q q"}, headers=tenant.headers)
+    assert made.status_code == 201

@@ -47,12 +47,13 @@ TEXTS = st.text(
     [
         validation.Text(1, 200),
         validation.Text(0, 1000),
+        validation.Text(1, 100, trimmed=True),
         validation.Text(1, 255, printable_ascii=True),
         validation.ConcurrencyKey(),
         validation.IdempotencyKey(),
         LIST_QUERY["cursor"],
     ],
-    ids=["text", "note", "printable", "concurrency_key", "idempotency_key", "cursor"],
+    ids=["text", "note", "name", "printable", "concurrency_key", "idempotency_key", "cursor"],
 )
 @settings(max_examples=300, deadline=None)
 @given(value=TEXTS)
