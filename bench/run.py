@@ -82,10 +82,13 @@ def alternated(bench: Bench, threads: int, seconds: float, rounds: int = 2) -> t
     """The single-call cycle in one application and with an application per thread, in
     ``rounds`` alternating halves of ``seconds`` each: their ratio is a target, and this
     machine's speed drifts within a minute (one after the other, the ratio measured 0.84x to
-    1.10x on the same procedures). Rates are the rounds' mean, lock counts their sum."""
+    1.10x on the same procedures). Every other round runs them in the other order (one
+    application, an application per thread, then that one again and one application), so a
+    drift that runs one way through the part falls on both alike, not on whichever runs
+    second. Rates are the rounds' mean, lock counts their sum."""
     runs: dict[bool, list[dict]] = {False: [], True: []}
-    for _ in range(rounds):
-        for per_app in (False, True):
+    for r in range(rounds):
+        for per_app in (False, True) if r % 2 == 0 else (True, False):
             runs[per_app].append(
                 bench.procedure_cycles(threads, seconds / rounds, app_per_thread=per_app)
             )
