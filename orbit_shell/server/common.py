@@ -33,13 +33,9 @@ def read_query(req: falcon.Request, checks: dict[str, Check]) -> dict[str, Any]:
     return {name: checks[name](name, value) for name, value in params.items()}
 
 
-def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, Any]:
-    """Parse and validate a JSON body (413 over the limit, 415 not JSON, 400 bad JSON: NaN,
-    Infinity and -Infinity too, which are not JSON). A body sent in chunks (no
-    Content-Length) is read like any other.
-
-    An empty body is treated as ``{}`` so that action routes can be called without one.
-    """
+def read_body(req: falcon.Request, max_bytes: int) -> bytes:
+    """The request's body, whole (413 over ``max_bytes``). A body sent in chunks (no
+    Content-Length) is read like any other."""
     if req.content_length is not None and req.content_length > max_bytes:
         raise errors.PayloadTooLarge()
     # Falcon's bounded stream reads no further than Content-Length, nothing without one: a
@@ -54,6 +50,16 @@ def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, An
         raw = stream.read(max_bytes + 1)
     if len(raw) > max_bytes:
         raise errors.PayloadTooLarge()
+    return raw
+
+
+def read_json(req: falcon.Request, shape: Shape, max_bytes: int) -> dict[str, Any]:
+    """Parse and validate a JSON body (413 over the limit, 415 not JSON, 400 bad JSON: NaN,
+    Infinity and -Infinity too, which are not JSON), sent in chunks or not (``read_body``).
+
+    An empty body is treated as ``{}`` so that action routes can be called without one.
+    """
+    raw = read_body(req, max_bytes)
     if not raw.strip():
         return shape.parse({})
     media = (req.content_type or "").split(";")[0].strip().lower()

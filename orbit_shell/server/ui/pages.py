@@ -15,12 +15,14 @@ from urllib.parse import quote, urlencode
 
 import falcon
 import jinja2
+from falcon.util.uri import parse_query_string
 from markupsafe import Markup
 
 from orbit_shell import errors, validation
 from orbit_shell.engine import serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.server import actions, auth, keypages
+from orbit_shell.server.common import read_body
 from orbit_shell.server.resources import keys as key_routes
 from orbit_shell.server.resources import tasks as task_routes
 from orbit_shell.server.resources.schedules import schedule_list, schedule_view
@@ -276,11 +278,15 @@ class Dashboard:
 
     # Actions ---------------------------------------------------------------------------------
     def _form(self, req) -> dict[str, str]:
-        if (req.content_length or 0) > MAX_FORM_BYTES:
-            raise errors.PayloadTooLarge()
+        """The posted form's fields given once (a field given twice is left out). Read as the
+        API reads its bodies, chunked or not (``read_body``)."""
         if req.content_type is None or not req.content_type.startswith(falcon.MEDIA_URLENCODED):
             raise errors.InvalidArgument("a form is expected")
-        form = req.get_media() or {}
+        raw = read_body(req, MAX_FORM_BYTES)
+        try:  # a form is ASCII, as Falcon's form handler has it
+            form = parse_query_string(raw.decode("ascii"), keep_blank=True, csv=False)
+        except ValueError:
+            raise errors.InvalidArgument("a form is expected") from None
         return {k: v for k, v in form.items() if isinstance(v, str)}
 
     def _act(self, req, resp, change) -> None:
