@@ -249,8 +249,13 @@ class Bench:
         """Successes of ``attempt_ids``, each with ``result`` as its text ('' for none)."""
         return json.dumps(
             [
-                {"attempt_id": a, "outcome": "succeeded", "retryable": 0, "result": result,
-                 "error": ""}
+                {
+                    "attempt_id": a,
+                    "outcome": "succeeded",
+                    "retryable": 0,
+                    "result": result,
+                    "error": "",
+                }
                 for a in attempt_ids
             ]
         )
