@@ -434,23 +434,30 @@ ATTEMPT_RESULT = Shape(
 
 
 class IdempotencyKey(Check):
-    """1-255 printable ASCII; the prefix ``schedule:`` is reserved for schedule fires."""
+    """1-255 printable ASCII, no space at either end; the prefix ``schedule:`` is reserved for
+    schedule fires. A header's value cannot start or end with a space (HTTP drops them), and
+    the database compares keys padded with spaces: a batch item's ``"k "`` would have been
+    the key ``"k"``, replayed or refused as a conflict."""
 
     schema = {
         "type": "string",
         "minLength": 1,
         "maxLength": 255,
-        "pattern": r"^(?!schedule:)[\x20-\x7e]+$",
+        "pattern": r"^(?!schedule:)[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$",
     }
 
     def __call__(self, name: str, value: Any) -> str:
         if isinstance(value, str) and value.startswith("schedule:"):
             raise field_error(name, "the prefix schedule: is reserved for schedule fires")
-        return Text(1, 255, printable_ascii=True)(name, value)
+        value = Text(1, 255, printable_ascii=True)(name, value)
+        if value[0] == " " or value[-1] == " ":
+            raise field_error(name, "must not start or end with a space")
+        return value
 
 
 def idempotency_key(header: str | None) -> str:
-    """Validate the ``Idempotency-Key`` header (required; 1-255 printable ASCII)."""
+    """Validate the ``Idempotency-Key`` header (required; 1-255 printable ASCII, no space at
+    either end)."""
     if header is None:
         raise field_error("Idempotency-Key", "header is required")
     return IdempotencyKey()("Idempotency-Key", header)

@@ -17,6 +17,7 @@ from typing import Any
 
 import urllib3
 
+from orbit_shell import errors, validation
 from orbit_shell.sdk.models import (
     ApiError,
     Attempt,
@@ -29,6 +30,7 @@ from orbit_shell.sdk.models import (
     UnavailableError,
     api_error,
     batch_results,
+    local_error,
 )
 
 
@@ -158,9 +160,16 @@ class Client:
         """Submit a task; ``created`` is False when the key was already accepted (same content).
 
         Raises:
+            InvalidArgumentError: the key is not one the server takes, found before sending:
+                HTTP would drop a space at either end, and the task would be submitted under
+                another key.
             IdempotencyConflictError: the key was used with different content.
             QuotaExceededError: an unfinished-task quota is reached.
         """
+        try:
+            validation.idempotency_key(idempotency_key)
+        except errors.OrbitError as exc:
+            raise local_error(exc) from exc
         status, data = self.request(
             "POST",
             "/v1/tasks",

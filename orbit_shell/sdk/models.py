@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from orbit_shell import errors
+
 
 class ApiError(Exception):
     """An error answered by the Orbit API, with its code, HTTP status and request id."""
@@ -69,6 +71,12 @@ ERRORS: dict[str, type[ApiError]] = {
 def api_error(code: str, status: int, message: str, details=None, request_id=None) -> ApiError:
     cls = ERRORS.get(code, ApiError)
     return cls(code, status, message, details, request_id)
+
+
+def local_error(exc: errors.OrbitError) -> ApiError:
+    """The typed error the API answers for ``exc``, for a check the SDK makes itself (the
+    direct transport's calls, a key HTTP could not carry): the same class, code and details."""
+    return api_error(exc.code, exc.status, exc.message, exc.details)
 
 
 class ProtocolError(Exception):

@@ -16,7 +16,7 @@ from orbit_shell.engine import batches, longpoll, schema, serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.schema import SchemaMismatch
 from orbit_shell.sdk.client import Client
-from orbit_shell.sdk.models import ApiError, api_error, batch_results
+from orbit_shell.sdk.models import batch_results, local_error
 
 # The worker procedures' signatures and answers this SDK calls (worker_namespace answers the
 # database's number). Raised with any change a direct worker of the previous number would break
@@ -173,7 +173,7 @@ class MysqlTransport:
         try:
             return self.db.call(procedure, *args)
         except errors.OrbitError as exc:
-            raise _sdk_error(exc) from exc
+            raise local_error(exc) from exc
 
     @staticmethod
     def _check(shape: validation.Shape, body: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +181,7 @@ class MysqlTransport:
         try:
             return shape.parse(body)
         except errors.OrbitError as exc:
-            raise _sdk_error(exc) from exc
+            raise local_error(exc) from exc
 
     def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
         self._check(
@@ -291,8 +291,8 @@ class MysqlTransport:
         try:
             answers = fn(self.db, self.namespace_id, session_id, items)
         except errors.OrbitError as exc:
-            raise _sdk_error(exc) from exc
-        return [_sdk_error(a) if isinstance(a, errors.OrbitError) else a for a in answers]
+            raise local_error(exc) from exc
+        return [local_error(a) if isinstance(a, errors.OrbitError) else a for a in answers]
 
 
 def _check_protocol(found: int | None) -> None:
@@ -315,8 +315,3 @@ def _check_protocol(found: int | None) -> None:
         f"the database's worker procedures are newer than this worker (protocol {found}, this "
         f"worker speaks {WORKER_PROTOCOL}); upgrade the worker's Orbit"
     )
-
-
-def _sdk_error(exc: errors.OrbitError) -> ApiError:
-    """The same typed error the HTTP transport raises for this code."""
-    return api_error(exc.code, exc.status, exc.message, exc.details)

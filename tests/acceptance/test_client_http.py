@@ -8,7 +8,7 @@ import pytest
 
 from devtools.localdb import free_port
 from orbit_shell.sdk.client import Client
-from orbit_shell.sdk.models import SubmitTaskRequest, UnavailableError
+from orbit_shell.sdk.models import InvalidArgumentError, SubmitTaskRequest, UnavailableError
 
 
 def test_a_netrc_entry_for_the_host_does_not_replace_the_bearer_token(
@@ -72,3 +72,21 @@ def test_one_client_shared_by_threads_keeps_each_answer_with_its_request(orbit_s
         t.join()
     assert not errors, errors[0]
     assert len(seen) == 200 and len(set(seen.values())) == 200
+
+
+def test_a_key_http_would_change_is_refused_before_sending(orbit_server, tenant, database):
+    """HTTP drops a header value's spaces at either end: "k1 " would reach the server as
+    "k1" and replay or conflict with that key's task. The client refuses it itself, with the
+    error the server gives a batch item so named."""
+    client = Client(orbit_server, tenant.token)
+    request = SubmitTaskRequest(tenant.queue_id, "h", "v1", "v1", {"n": 1})
+    first = client.submit_task("k1", request)
+    with pytest.raises(InvalidArgumentError) as refused:
+        client.submit_task("k1 ", SubmitTaskRequest(tenant.queue_id, "h", "v1", "v1", {"n": 2}))
+    assert refused.value.details == [
+        {"field": "Idempotency-Key", "message": "must not start or end with a space"}
+    ]
+    [row] = database.query(
+        "SELECT COUNT(*) AS n FROM tasks WHERE namespace_id = %s", (tenant.namespace_id,)
+    )
+    assert row["n"] == 1 and first.created

@@ -80,6 +80,30 @@ def test_a_malformed_batch_is_refused_whole_and_changes_nothing(client, database
     assert count_tasks(database, tenant) == before
 
 
+@pytest.mark.parametrize("key", ["k1 ", " k1"])
+def test_an_idempotency_key_with_a_space_at_an_end_is_refused_not_taken_for_another(
+    client, database, tenant, key
+):
+    """The database compares keys padded with spaces, so "k1 " was the key "k1": replayed
+    as its task, or refused as a conflict. A header cannot carry such a key (HTTP drops the
+    spaces), and a batch item may not either."""
+    first = client.simulate_post(
+        "/v1/tasks/batch", headers=tenant.headers, json={"tasks": [item(tenant, "k1")]}
+    )
+    assert first.json["data"]["results"][0]["status"] == 201, first.text
+    before = count_tasks(database, tenant)
+    result = client.simulate_post(
+        "/v1/tasks/batch",
+        headers=tenant.headers,
+        json={"tasks": [item(tenant), item(tenant, key, payload={"other": True})]},
+    )
+    assert result.status_code == 400, result.text
+    assert result.json["error"]["details"] == [
+        {"field": "tasks[1].idempotency_key", "message": "must not start or end with a space"}
+    ]
+    assert count_tasks(database, tenant) == before
+
+
 def test_a_bad_item_names_its_index(client, tenant):
     result = client.simulate_post(
         "/v1/tasks/batch",
