@@ -93,9 +93,14 @@ def validate_concurrency_key(value: Any, name: str = "concurrency_key") -> str:
         raise field_error(name, f"must be at most {MAX_KEY_CHARS} characters")
     if any(unicodedata.category(ch) == "Cc" for ch in value):
         raise field_error(name, "must not contain control characters")
-    if value[0].isspace() or value[-1].isspace():
-        raise field_error(name, "must not start or end with whitespace")
+    refuse_edge_whitespace(name, value)
     return value
+
+
+def refuse_edge_whitespace(name: str, value: str) -> None:
+    """A key's (K2) and a name's rule: no whitespace at either end (``TRIMMED``)."""
+    if value and (value[0].isspace() or value[-1].isspace()):
+        raise field_error(name, "must not start or end with whitespace")
 
 
 class Check:
@@ -132,8 +137,8 @@ class Text(Check):
             raise field_error(name, "must be printable ASCII")
         if not self.printable_ascii and any(unicodedata.category(c) == "Cc" for c in value):
             raise field_error(name, "must not contain control characters")
-        if self.trimmed and value and (value[0].isspace() or value[-1].isspace()):
-            raise field_error(name, "must not start or end with whitespace")
+        if self.trimmed:
+            refuse_edge_whitespace(name, value)
         return value
 
     @property
