@@ -424,6 +424,7 @@ WORKER_CLAIM = Shape(
     {
         "max": Field(Integer(1, 100), default=1),
         "wait_ms": Field(Integer(0, 30_000), default=0),
+        "start": Field(Boolean(), default=False),
     }
 )
 ATTEMPT_SESSION = Shape({"session_id": Field(Hex32(), required=True)})
@@ -516,6 +517,7 @@ WORKER_REPORT_CLAIM = Shape(
     {
         "results": Field(ListOf(RESULT_ITEM, 1, BATCH_MAX), required=True),
         "max": Field(Integer(0, BATCH_MAX), required=True),
+        "start": Field(Boolean(), default=False),
     }
 )
 

@@ -183,7 +183,7 @@ class Engine:
         return session[0]["session_id"], in_flight
 
     def claim(self, session: str, n: int = 4) -> list[dict]:
-        [rows] = self.db.call("worker_claim", self.t.namespace_id, session, n)
+        [rows] = self.db.call("worker_claim", self.t.namespace_id, session, n, 0)
         return rows
 
     def start(self, session: str, attempt: str):

@@ -52,11 +52,11 @@ class Session:
         self.hello = result.json["data"]
         self.id = self.hello["session_id"]
 
-    def claim(self, max: int = 4, wait_ms: int = 0) -> list[dict]:
+    def claim(self, max: int = 4, wait_ms: int = 0, start: bool = False) -> list[dict]:
         result = self.client.simulate_post(
             f"/v1/workers/{self.id}/claim",
             headers=self.tenant.headers,
-            json={"max": max, "wait_ms": wait_ms},
+            json={"max": max, "wait_ms": wait_ms, "start": start},
         )
         assert result.status_code == 200, result.text
         return result.json["data"]["assignments"]

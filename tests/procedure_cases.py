@@ -208,7 +208,9 @@ def cases(eng, s):
         # Under a quota (QUOTA_CASES): without one the claim holds its session row alone
         # before it writes its candidates' MEMORY table, and a cycle through its key rows rolls
         # back the other transaction (sql/README.md, "Set-based paths").
-        "worker_claim": (APP, SESSION, (ns, s["session"], 1)),
+        # Both claims start what they grant (start 1): the longer path, session_start_granted's
+        # writes of the rows the grant holds included.
+        "worker_claim": (APP, SESSION, (ns, s["session"], 1, 1)),
         "worker_hello": (
             APP,
             ("SELECT id FROM worker_sessions WHERE worker_id = %s FOR UPDATE", "worker"),
@@ -250,6 +252,7 @@ def cases(eng, s):
                 ns,
                 s["session"],
                 succeeded_running,
+                1,
                 1,
             ),
         ),

@@ -111,13 +111,18 @@ def result_many(
 
 
 def report_claim(
-    db: Database, caller: Caller, session_id: str, items: list[dict[str, Any]], max: int
+    db: Database,
+    caller: Caller,
+    session_id: str,
+    items: list[dict[str, Any]],
+    max: int,
+    start: bool = False,
 ) -> tuple[list[dict[str, Any] | errors.OrbitError], list[dict[str, Any]]]:
     """worker_report_claim: ``result_many``'s answers for ``items``, then the rows of a claim
-    of up to ``max`` (no long poll), committed together; the caller makes the ``task.assign``
-    messages (``serialize.assignments`` or ``assignments_json``)."""
+    of up to ``max`` (no long poll), started with ``start``, committed together; the caller
+    makes the ``task.assign`` messages (``serialize.assignments`` or ``assignments_json``)."""
     rows, granted = call_as(
-        db, "worker_report_claim", caller, session_id, _result_wire(items), max
+        db, "worker_report_claim", caller, session_id, _result_wire(items), max, int(start)
     )[:2]
     return _result_answers(rows), granted
 

@@ -21,7 +21,7 @@ from orbit_shell.sdk.models import batch_results, local_error
 # The worker procedures' signatures and answers this SDK calls (worker_namespace answers the
 # database's number). Raised with any change a direct worker of the previous number would break
 # on: without the check such a worker ran until its first start, which failed as INTERNAL.
-WORKER_PROTOCOL = 1
+WORKER_PROTOCOL = 2
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,11 @@ class Transport(Protocol):
     def hello(
         self, worker_id: str, queue_ids: list[str], capacity: int, concurrency_keys: bool
     ) -> Hello: ...
-    def claim(self, session_id: str, max: int, wait_ms: int) -> list[dict[str, Any]]: ...
+    # With ``start`` every attempt claimed is started in the claim's transaction (RUNNING):
+    # for a caller that runs each at once.
+    def claim(
+        self, session_id: str, max: int, wait_ms: int, start: bool = False
+    ) -> list[dict[str, Any]]: ...
     def start(self, session_id: str, attempt_id: str) -> dict[str, Any]: ...
     def renew(self, session_id: str, attempt_id: str) -> str: ...
     def result(
@@ -56,9 +60,9 @@ class Transport(Protocol):
     def result_many(self, session_id: str, results: list[dict[str, Any]]) -> list[Any]: ...
 
     # result_many's answers, then the task.assign messages of a claim of up to ``max`` made in
-    # the same transaction (no long poll).
+    # the same transaction (no long poll), started with ``start`` as a claim's.
     def report_and_claim(
-        self, session_id: str, results: list[dict[str, Any]], max: int
+        self, session_id: str, results: list[dict[str, Any]], max: int, start: bool = False
     ) -> tuple[list[Any], list[dict[str, Any]]]: ...
 
 
@@ -82,11 +86,11 @@ class HttpTransport:
         )[1]
         return Hello(data["session_id"], data["lease_seconds"], data["in_flight"])
 
-    def claim(self, session_id, max, wait_ms):
+    def claim(self, session_id, max, wait_ms, start=False):
         data = self.client.request(
             "POST",
             f"/v1/workers/{session_id}/claim",
-            {"max": max, "wait_ms": wait_ms},
+            {"max": max, "wait_ms": wait_ms, "start": start},
             timeout=self.client.timeout + wait_ms / 1000.0,
         )[1]
         return data["assignments"]
@@ -132,11 +136,11 @@ class HttpTransport:
             )[1]
         )
 
-    def report_and_claim(self, session_id, results, max):
+    def report_and_claim(self, session_id, results, max, start=False):
         data = self.client.request(
             "POST",
             f"/v1/workers/{session_id}/report-and-claim",
-            {"results": results, "max": max},
+            {"results": results, "max": max, "start": start},
         )[1]
         return batch_results(data), data["assignments"]
 
@@ -207,10 +211,14 @@ class MysqlTransport:
         row = session[0]
         return Hello(row["session_id"], row["lease_seconds"], serialize.assignments(in_flight))
 
-    def claim(self, session_id, max, wait_ms):
-        self._check(validation.WORKER_CLAIM, {"max": max, "wait_ms": wait_ms})
+    def claim(self, session_id, max, wait_ms, start=False):
+        body = self._check(
+            validation.WORKER_CLAIM, {"max": max, "wait_ms": wait_ms, "start": start}
+        )
         rows = longpoll.poll(
-            lambda: self._call("worker_claim", self.namespace_id, session_id, max)[0],
+            lambda: self._call(
+                "worker_claim", self.namespace_id, session_id, max, int(body["start"])
+            )[0],
             wait_ms,
             self.sleep,
             ready=lambda: bool(
@@ -276,12 +284,16 @@ class MysqlTransport:
         )
         return self._batch(batches.result_many, session_id, body["results"])
 
-    def report_and_claim(self, session_id, results, max):
-        body = self._check(validation.WORKER_REPORT_CLAIM, {"results": results, "max": max})
+    def report_and_claim(self, session_id, results, max, start=False):
+        body = self._check(
+            validation.WORKER_REPORT_CLAIM, {"results": results, "max": max, "start": start}
+        )
         granted: list[dict[str, Any]] = []
 
         def call(db, namespace_id, session_id, items):
-            answers, rows = batches.report_claim(db, namespace_id, session_id, items, max)
+            answers, rows = batches.report_claim(
+                db, namespace_id, session_id, items, max, body["start"]
+            )
             granted.extend(serialize.assignments(rows))
             return answers
 

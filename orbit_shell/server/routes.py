@@ -179,7 +179,13 @@ ROUTES: list[Route] = [
         "/v1/workers/{session_id}/claim",
         "workers",
         "claim",
-        {"post": Op("Claim tasks (bounded long poll)", "workers:consume", v.WORKER_CLAIM)},
+        {
+            "post": Op(
+                "Claim tasks (bounded long poll); with start, started in the same transaction",
+                "workers:consume",
+                v.WORKER_CLAIM,
+            )
+        },
     ),
     Route(
         "/v1/workers/{session_id}/report-and-claim",
@@ -187,7 +193,8 @@ ROUTES: list[Route] = [
         "report_claim",
         {
             "post": Op(
-                "Report up to 100 outcomes, then claim up to max tasks, in one transaction",
+                "Report up to 100 outcomes, then claim up to max tasks (with start, started),"
+                " in one transaction",
                 "workers:consume",
                 v.WORKER_REPORT_CLAIM,
             )

@@ -1,6 +1,9 @@
 -- worker_claim: grant up to p_max tasks to a session in ONE transaction (K5, W2).
--- Params: namespace, session public id, max (1..100, checked by the shell).
--- Result set: task.assign rows of the attempts granted by this call (session_assignments).
+-- Params: namespace, session public id, max (1..100, checked by the shell), start (1: the
+--   attempts granted are started in the same transaction, session_start_granted: for a
+--   worker that runs each at once, one call where a claim and a start take two).
+-- Result set: task.assign rows of the attempts granted by this call (session_assignments),
+--   RUNNING when started.
 -- Errors: NOT_FOUND (unknown session), STATE_CONFLICT (session closed).
 --
 -- Recovery of the session's queues runs first, item by item in transactions of their own
@@ -9,7 +12,7 @@
 -- worker_report_claim); this procedure resolves the session, and is the transaction and its
 -- answer.
 CREATE PROCEDURE worker_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
-                              IN p_max INT UNSIGNED)
+                              IN p_max INT UNSIGNED, IN p_start TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
@@ -36,6 +39,9 @@ BEGIN
   CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
   CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max, v_limits,
                           0, v_first_attempt);
+  IF p_start THEN
+    CALL session_start_granted(p_namespace_id, v_session, p_session_public_id, v_first_attempt);
+  END IF;
   COMMIT;
   CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615));
 END

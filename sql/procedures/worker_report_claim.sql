@@ -9,7 +9,8 @@
 -- an unknown session answers every item LEASE_LOST and claims nothing; a closed one has its
 -- results recorded and claims nothing (its next worker_claim says STATE_CONFLICT).
 -- Params: namespace, session public id, items (as attempt_result_many), max (0..100, checked
---   by the shell; 0 claims nothing).
+--   by the shell; 0 claims nothing), start (1: what the claim grants is started in the same
+--   transaction, as worker_claim's start).
 -- Result sets: attempt_result_many's (one row per item), then worker_claim's (task.assign
 --   rows of the attempts granted by this call).
 --
@@ -21,7 +22,7 @@
 -- Deadlocks and lock-wait timeouts roll back both halves (outer handler); the shell retries
 -- the call whole.
 CREATE PROCEDURE worker_report_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
-                                     IN p_items MEDIUMTEXT, IN p_max INT UNSIGNED)
+                                     IN p_items MEDIUMTEXT, IN p_max INT UNSIGNED, IN p_start TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
@@ -65,6 +66,9 @@ BEGIN
       END;
       CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max,
                               v_limits, 1, v_first_attempt);
+      IF p_start THEN
+        CALL session_start_granted(p_namespace_id, v_session, p_session_public_id, v_first_attempt);
+      END IF;
     END claim_half;
   END IF;
   COMMIT;

@@ -600,7 +600,7 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
                     (b.namespace_id, b.application_id, json.dumps([b.queue_id])),
                 ),
                 (
-                    f"CALL {routine_name('worker_claim')}(%s, REPEAT('0', 32), 10)",
+                    f"CALL {routine_name('worker_claim')}(%s, REPEAT('0', 32), 10, 0)",
                     (b.namespace_id,),
                 ),
                 (f"CALL {routine_name('session_ready')}(%s, REPEAT('0', 32))", (b.namespace_id,)),
@@ -622,7 +622,7 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
         json.dumps([b.queue_id]),
         "r",
     )[0][0]["session_id"]
-    [granted] = database.call("worker_claim", b.namespace_id, session_b, 1)[0]
+    [granted] = database.call("worker_claim", b.namespace_id, session_b, 1, 0)[0]
     conn = db.connect(worker_dsn)
     try:
         with conn.cursor() as cur:
@@ -650,9 +650,9 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
 @pytest.mark.parametrize(
     "protocol, says",
     [
-        (None, "older than this worker (protocol 0, this worker speaks 1); run `orbit-migrate up`"),
-        (WORKER_PROTOCOL - 1, "older than this worker"),
-        (WORKER_PROTOCOL + 1, "newer than this worker (protocol 2, this worker speaks 1)"),
+        (None, "older than this worker (protocol 0, this worker speaks 2); run `orbit-migrate up`"),
+        (WORKER_PROTOCOL - 1, "older than this worker (protocol 1, this worker speaks 2)"),
+        (WORKER_PROTOCOL + 1, "newer than this worker (protocol 3, this worker speaks 2)"),
     ],
 )
 def test_the_direct_transport_refuses_worker_procedures_of_another_protocol(
@@ -666,7 +666,7 @@ def test_the_direct_transport_refuses_worker_procedures_of_another_protocol(
     tenant = make_tenant(database, tmp_path)
     assert MysqlTransport(fresh_dsn, tenant.application, "test", tenant.namespace).namespace_id
     body = schema.versioned_body(next(r for r in schema.routines() if r.name == "worker_namespace"))
-    column = "1 AS worker_protocol"
+    column = f"{WORKER_PROTOCOL} AS worker_protocol"
     assert column in body
     other = "" if protocol is None else f", {protocol} AS worker_protocol"
     conn = db.connect(fresh_dsn)

@@ -7,7 +7,9 @@ holders, candidates), permits, counters and history. The scenario mixes what tak
 set-based path (new unkeyed and keyed tasks, succeeded results) with what does not (a repeated
 Idempotency-Key, a conflict, two tasks of one key, a started attempt started again, failed,
 retried and unknown outcomes, a result repeated in the batch), then results without any text,
-which take the set-based path's other form. Real MariaDB through the Falcon app."""
+which take the set-based path's other form. A claim that starts what it grants (W3, the SDK
+worker without prefetch) leaves what a claim and a start of each leave, compared the same way.
+Real MariaDB through the Falcon app."""
 
 from __future__ import annotations
 
@@ -60,7 +62,9 @@ PLAIN_OUTCOMES = {
 }
 
 
-def run(client, tenant, batch: bool) -> dict:
+def run(client, tenant, batch: bool, claim_starts: bool = False) -> dict:
+    """The scenario through the single routes or the batch routes; with ``claim_starts`` the
+    claims start what they grant, and the starts that follow are repeats (harmless)."""
     post = lambda path, body: client.simulate_post(path, headers=tenant.headers, json=body)  # noqa: E731
     if batch:
         items = [
@@ -87,8 +91,15 @@ def run(client, tenant, batch: bool) -> dict:
     }
 
     session = Session(client, tenant, capacity=20)
-    claimed = session.claim(max=20)
+    claimed = session.claim(max=20, start=claim_starts)
     attempt_of = {tasks_key(tasks, a["task"]["task_id"]): a["attempt_id"] for a in claimed}
+    states = {
+        client.simulate_get(f"/v1/tasks/{a['task']['task_id']}", headers=tenant.headers).json[
+            "data"
+        ]["state"]
+        for a in claimed
+    }
+    assert states == ({"RUNNING"} if claim_starts else {"LEASED"})
     starts = [attempt_of[k] for k in attempt_of] + [attempt_of["u1"]]  # u1 twice
     if batch:
         started = [
@@ -104,7 +115,10 @@ def run(client, tenant, batch: bool) -> dict:
         ]
     reported = report(post, session, batch, [(attempt_of[k], body) for k, body in OUTCOMES])
 
-    again = {tasks_key(tasks, a["task"]["task_id"]): a["attempt_id"] for a in session.claim(max=20)}
+    again = {
+        tasks_key(tasks, a["task"]["task_id"]): a["attempt_id"]
+        for a in session.claim(max=20, start=claim_starts)
+    }
     for attempt in again.values():
         assert session.start(attempt).status_code == 200
     plain = [(again[k], body) for k, body in PLAIN_OUTCOMES.items() if k in again]
@@ -233,3 +247,18 @@ def test_batch_routes_leave_what_the_single_routes_leave(client, database, tenan
     assert one["answers"]["reported"][-1][1] is True
     for part in one:
         assert many[part] == one[part], part
+
+
+def test_a_claim_that_starts_leaves_what_a_claim_and_its_starts_leave(
+    client, database, tenant_factory
+):
+    """W3: started in the claim's transaction, each attempt and task is RUNNING with a STARTED
+    history row after its CLAIMED one, as a start of its own leaves it; a start after it is a
+    repeat and changes nothing."""
+    apart, together = tenant_factory(), tenant_factory()
+    one = snapshot(database, apart, run(client, apart, batch=False))
+    both = snapshot(database, together, run(client, together, batch=False, claim_starts=True))
+    started = [h for h in both["history"] if h["event"] == "STARTED"]
+    assert len(started) == len(both["answers"]["claimed"]) + len(both["answers"]["claimed_again"])
+    for part in one:
+        assert both[part] == one[part], part

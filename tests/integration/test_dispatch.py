@@ -61,7 +61,7 @@ def _call_reads(dsn: str, procedure: str, *args) -> tuple[int, list]:
 
 
 def _claim_reads(dsn: str, namespace: int, session: str) -> tuple[int, list]:
-    return _call_reads(dsn, "worker_claim", namespace, session, 10)
+    return _call_reads(dsn, "worker_claim", namespace, session, 10, 0)
 
 
 @pytest.mark.slow

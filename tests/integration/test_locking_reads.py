@@ -28,7 +28,7 @@ def test_a_claim_does_not_lock_the_next_queues_first_row(database, tenant_factor
     waited = _call_while_held(
         orbit_dsn,
         theirs,
-        f"CALL {routine_name('worker_claim')}(%s, %s, %s)",
+        f"CALL {routine_name('worker_claim')}(%s, %s, %s, 0)",
         (mine.t.namespace_id, session, 4),
     )
     assert waited is None, f"my claim waited on the other application's task row: {waited}"
@@ -64,7 +64,7 @@ def test_the_claim_and_its_probe_check_for_recovery_without_locks(database, tena
     start = ("UPDATE attempts SET state = 'RUNNING' WHERE public_id = %s", (leased["attempt_id"],))
     for sql, args in (
         (f"CALL {routine_name('session_ready')}(%s, %s)", (eng.t.namespace_id, other)),
-        (f"CALL {routine_name('worker_claim')}(%s, %s, %s)", (eng.t.namespace_id, other, 2)),
+        (f"CALL {routine_name('worker_claim')}(%s, %s, %s, 0)", (eng.t.namespace_id, other, 2)),
     ):
         waited = _call_while(orbit_dsn, start, sql, args)
         assert waited is None, f"{sql} waited on the starting attempt: {waited}"

@@ -64,7 +64,7 @@ def test_batch_calls_read_per_item_not_per_key_on_a_new_database(young):
             for _ in range(2):
                 reads, _ = call_reads(conn, "task_submit_many", ns, "t", items())
                 most["submit"] = max(most["submit"], reads)
-            reads, granted = call_reads(conn, "worker_claim", ns, sid, BATCH)
+            reads, granted = call_reads(conn, "worker_claim", ns, sid, BATCH, 0)
             most["claim"] = max(most["claim"], reads)
             ids = [a["attempt_id"] for a in granted]
             granted_total += len(ids)
@@ -126,7 +126,7 @@ def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
         call_reads(conn, "task_submit_many", ns, "t", json.dumps(items))
         made["submit"] = disk_tables(conn) - before
         before = disk_tables(conn)
-        _, granted = call_reads(conn, "worker_claim", ns, sid, 10)
+        _, granted = call_reads(conn, "worker_claim", ns, sid, 10, 0)
         made["claim"] = disk_tables(conn) - before
         ids = [a["attempt_id"] for a in granted]
         before = disk_tables(conn)
@@ -195,7 +195,7 @@ def test_the_sweeper_reads_per_item_not_per_history(young):
             database.call("task_submit_many", ns, "t", json.dumps(items))
 
     def claim(session: str, n: int) -> list[str]:
-        [granted] = database.call("worker_claim", ns, session, n)[:1]
+        [granted] = database.call("worker_claim", ns, session, n, 0)[:1]
         return [a["attempt_id"] for a in granted]
 
     def report(session: str, ids: list[str], outcome: str, retryable: int) -> None:
@@ -268,17 +268,17 @@ def test_a_claim_and_its_probe_read_per_queue_not_per_history(young):
         for _ in range(15):  # the history: 1,500 finished tasks and attempts on the queue
             items = [submit_item(queue["id"]) for _ in range(100)]
             database.call("task_submit_many", ns, "t", json.dumps(items))
-            [granted] = database.call("worker_claim", ns, worker, 100)[:1]
+            [granted] = database.call("worker_claim", ns, worker, 100, 0)[:1]
             ids = [a["attempt_id"] for a in granted]
             database.call("attempt_start_many", ns, worker, json.dumps(ids), 0)
             database.call("attempt_result_many", ns, worker, succeeded_items(ids))
         # Work in flight that has not expired: a leased and a running attempt.
         two = [submit_item(queue["id"]) for _ in range(2)]
         database.call("task_submit_many", ns, "t", json.dumps(two))
-        [held] = database.call("worker_claim", ns, worker, 2)[:1]
+        [held] = database.call("worker_claim", ns, worker, 2, 0)[:1]
         database.call("attempt_start_many", ns, worker, json.dumps([held[0]["attempt_id"]]), 0)
         waiting = session_on(database, tenant, "waiting")
-        claim_reads, granted = call_reads(conn, "worker_claim", ns, waiting, 10)
+        claim_reads, granted = call_reads(conn, "worker_claim", ns, waiting, 10, 0)
         probe_reads, [ready] = call_reads(conn, "session_ready", ns, waiting)
         assert granted == [] and ready["ready"] == 0
         # An expired lease is still found, and recovered by the next claim.
@@ -290,7 +290,7 @@ def test_a_claim_and_its_probe_read_per_queue_not_per_history(young):
             )
         _, [ready] = call_reads(conn, "session_ready", ns, waiting)
         assert ready["ready"] == 1
-        recover_reads, granted = call_reads(conn, "worker_claim", ns, waiting, 10)
+        recover_reads, granted = call_reads(conn, "worker_claim", ns, waiting, 10, 0)
         assert len(granted) == 1  # the recovered task, claimed again
     finally:
         conn.close()

@@ -10,14 +10,15 @@ import secrets
 
 import pytest
 
+from orbit_shell.engine import db
 from tests.helpers import Session, submit
 
 
-def report_claim(client, tenant, session_id, results, max, expect=200):
+def report_claim(client, tenant, session_id, results, max, expect=200, start=False):
     answer = client.simulate_post(
         f"/v1/workers/{session_id}/report-and-claim",
         headers=tenant.headers,
-        json={"results": results, "max": max},
+        json={"results": results, "max": max, "start": start},
     )
     assert answer.status_code == expect, answer.text
     return answer.json
@@ -101,6 +102,78 @@ def test_a_freed_key_passes_to_its_next_task_with_a_larger_token_in_the_same_cal
     assert int(second["concurrency_token"]) == int(first["concurrency_token"]) + 1
 
 
+def history(database, task_id):
+    return [
+        (r["event"], r["to_state"], r["concurrency_token"])
+        for r in database.query(
+            "SELECT h.event, h.to_state, h.concurrency_token FROM task_history h "
+            "JOIN tasks t ON t.id = h.task_id WHERE t.public_id = %s ORDER BY h.id",
+            (task_id,),
+        )
+    ]
+
+
+def test_a_report_that_claims_with_start_hands_over_the_next_task_running(client, database, tenant):
+    """W3 in one call: the freed key's next task is granted with the next token (K7) and
+    started in the same transaction, its history CLAIMED then STARTED with that token; a start
+    of it afterwards is a repeat and changes nothing."""
+    key = "object/" + secrets.token_hex(4)
+    tasks = [submit(client, tenant, concurrency_key=key).json["data"]["task_id"] for _ in range(2)]
+    session = Session(client, tenant, capacity=2)
+    [first] = session.claim(2, start=True)
+    assert task_state(client, tenant, tasks[0])["state"] == "RUNNING"
+    data = report_claim(client, tenant, session.id, [done(first["attempt_id"])], 2, start=True)
+    [second] = data["data"]["assignments"]
+    token = int(second["concurrency_token"])
+    assert second["task"]["task_id"] == tasks[1] and token == int(first["concurrency_token"]) + 1
+    assert task_state(client, tenant, tasks[1])["state"] == "RUNNING"
+    [attempt] = database.query(
+        "SELECT state, started_at IS NOT NULL AS started FROM attempts WHERE public_id = %s",
+        (second["attempt_id"],),
+    )
+    assert attempt == {"state": "RUNNING", "started": 1}
+    assert history(database, tasks[1])[-2:] == [
+        ("CLAIMED", "LEASED", token),
+        ("STARTED", "RUNNING", token),
+    ]
+    again = session.start(second["attempt_id"])
+    assert again.status_code == 200 and again.json["data"]["state"] == "RUNNING"
+    assert [e for e, _, _ in history(database, tasks[1])].count("STARTED") == 1
+    # Without start the claim half grants LEASED, as before.
+    third = submit(client, tenant, concurrency_key=key).json["data"]["task_id"]
+    data = report_claim(client, tenant, session.id, [done(second["attempt_id"])], 2)
+    assert [a["task"]["task_id"] for a in data["data"]["assignments"]] == [third]
+    assert task_state(client, tenant, third)["state"] == "LEASED"
+
+
+def test_an_attempt_started_by_its_claim_is_recovered_as_a_started_one(client, database, tenant):
+    """SPEC 3: a lease that ends on an attempt its claim started leaves it UNKNOWN and its
+    task NEEDS_REVIEW (the handler may have run), as one started on its own would; one only
+    claimed expires and is claimed again."""
+    started, leased = (submit(client, tenant).json["data"]["task_id"] for _ in range(2))
+    session = Session(client, tenant, capacity=1)
+    [a] = session.claim(1, start=True)
+    other = Session(client, tenant, capacity=1)
+    [b] = other.claim(1)
+    assert {a["task"]["task_id"], b["task"]["task_id"]} == {started, leased}
+    conn = db.connect(database.dsn)
+    try:
+        with conn.cursor() as cur:  # both leases end
+            cur.execute(
+                "UPDATE attempts SET lease_expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND "
+                "WHERE public_id IN (%s, %s)",
+                (a["attempt_id"], b["attempt_id"]),
+            )
+    finally:
+        conn.close()
+    third = Session(client, tenant, capacity=2)
+    [again] = third.claim(2)  # recovery runs inside the claim; only b's task comes back
+    assert again["task"]["task_id"] == b["task"]["task_id"]
+    assert task_state(client, tenant, a["task"]["task_id"])["state"] == "NEEDS_REVIEW"
+    [row] = database.query("SELECT state FROM attempts WHERE public_id = %s", (a["attempt_id"],))
+    assert row["state"] == "UNKNOWN"
+
+
 def test_item_errors_are_answered_per_item_and_do_not_stop_the_claim(client, tenant):
     for _ in range(3):
         submit(client, tenant)
@@ -158,6 +231,8 @@ def test_an_unknown_session_answers_each_result_lease_lost(client, tenant):
         {"results": [{"attempt_id": "0" * 32, "outcome": "succeeded"}]},
         {"results": [{"attempt_id": "0" * 32, "outcome": "maybe"}], "max": 1},
         {"results": [{"attempt_id": "0" * 32, "outcome": "succeeded"}], "max": 1, "wait_ms": 5},
+        {"results": [{"attempt_id": "0" * 32, "outcome": "succeeded"}], "max": 1, "start": 1},
+        {"results": [{"attempt_id": "0" * 32, "outcome": "succeeded"}], "max": 1, "start": "yes"},
     ],
 )
 def test_a_malformed_request_is_refused_whole_and_changes_nothing(client, database, tenant, body):
@@ -174,3 +249,21 @@ def test_a_malformed_request_is_refused_whole_and_changes_nothing(client, databa
     [attempt] = database.query("SELECT state FROM attempts WHERE public_id = %s", (held,))
     assert attempt["state"] == "RUNNING"
     assert session_row(database, session.id)["in_flight"] == 1
+
+
+@pytest.mark.parametrize("start", [1, "true", None])
+def test_a_claim_whose_start_is_not_a_boolean_is_refused_and_grants_nothing(
+    client, database, tenant, start
+):
+    task = submit(client, tenant).json["data"]["task_id"]
+    session = Session(client, tenant, capacity=1)
+    answer = client.simulate_post(
+        f"/v1/workers/{session.id}/claim",
+        headers=tenant.headers,
+        json={"max": 1, "start": start},
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json["error"]["code"] == "INVALID_ARGUMENT"
+    assert "start" in answer.json["error"]["message"]
+    assert task_state(client, tenant, task)["state"] == "WAITING"
+    assert session_row(database, session.id)["in_flight"] == 0

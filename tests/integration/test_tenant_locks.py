@@ -88,7 +88,7 @@ def test_no_tenant_row_is_locked_by_any_write_path_without_limits(tenant, databa
         eng.result(session, granted[first])  # frees tl/a: the parked task is promoted
         eng.result(session, ids[1], "failed", retryable=1)
         eng.result(session, ids[2], "unknown")
-        shell.call("worker_report_claim", ns, session, succeeded_items([ids[3]]), 2)
+        shell.call("worker_report_claim", ns, session, succeeded_items([ids[3]]), 2, 0)
         leased = eng.claim(other, 2)
         assert leased, "nothing left to claim"
         shell.call("task_cancel", ns, leased[0]["task_id"], "t")  # LEASED: permits released
@@ -181,7 +181,7 @@ def test_batches_lock_the_rows_of_their_limited_queues_only(tenant, database, or
     try:
         for call, args in (
             ("attempt_result_many", ()),
-            ("worker_report_claim", (1,)),
+            ("worker_report_claim", (1, 0)),
         ):
             with pytest.raises(LockWait):
                 shell.call(call, ns, session, succeeded_items([attempts[eng.ids[limited]]]), *args)
@@ -220,13 +220,13 @@ def test_a_report_claims_the_keys_its_results_promoted_and_skips_a_key_another_h
     )
     try:
         _, [second] = shell.call(
-            "worker_report_claim", ns, session, succeeded_items([first["attempt_id"]]), 1
+            "worker_report_claim", ns, session, succeeded_items([first["attempt_id"]]), 1, 0
         )[:2]
         assert second["task_id"] == tasks_a[1]
         assert int(second["concurrency_token"]) == int(first["concurrency_token"]) + 1
         eng.start(session, second["attempt_id"])
         _, granted = shell.call(
-            "worker_report_claim", ns, session, succeeded_items([second["attempt_id"]]), 2
+            "worker_report_claim", ns, session, succeeded_items([second["attempt_id"]]), 2, 0
         )[:2]
         assert [g["task_id"] for g in granted] == [tasks_a[2]]
         assert eng.task(task_b)["lane"] == "READY"

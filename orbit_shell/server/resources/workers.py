@@ -78,9 +78,9 @@ class Workers:
         body = own_body(req, validation.WORKER_CLAIM, self.max_body, "workers:consume")
 
         def claim(caller: batches.Caller) -> list:
-            return batches.call_as(req.context.db, "worker_claim", caller, session_id, body["max"])[
-                0
-            ]
+            return batches.call_as(
+                req.context.db, "worker_claim", caller, session_id, body["max"], int(body["start"])
+            )[0]
 
         def scoped(s) -> list:
             s.check_session_queues(session_id)
@@ -122,7 +122,9 @@ class Workers:
         granted: list = []
 
         def report(caller: batches.Caller, chosen: list[dict]) -> list:
-            answers, rows = batches.report_claim(req.context.db, caller, session_id, chosen, most)
+            answers, rows = batches.report_claim(
+                req.context.db, caller, session_id, chosen, most, body["start"]
+            )
             granted.extend(rows)
             return answers
 
