@@ -1,6 +1,8 @@
 """An SDK worker process with a no-op handler, for the end-to-end benchmark: over HTTP, or
 over the direct MySQL transport when ``ORBIT_WORKER_DSN`` is set; ``CLAIM_WITH_REPORT=0``
-reports and claims in separate calls (the worker's ``claim_with_report``).
+reports and claims in separate calls (the worker's ``claim_with_report``), and
+``START_WITH_CLAIM=0`` starts what a claim returned in a request of its own
+(``start_with_claim``).
 
 On exit it prints its peak RSS, the CPU it used from ready to exit (the client's share of
 a drain: a worker without prefetch waits on its own calls, so this CPU is on the round's path)
@@ -60,6 +62,7 @@ def main() -> None:
         wait_ms=1000,
         drain_timeout=10,
         claim_with_report=os.environ.get("CLAIM_WITH_REPORT", "1") == "1",
+        start_with_claim=os.environ.get("START_WITH_CLAIM", "1") == "1",
     )
     worker.register("noop", "v1", lambda event: None)
     counts: dict[str, tuple[int, int, float]] = {}

@@ -1,14 +1,16 @@
 """The polling worker SDK (W4, W5).
 
 A :class:`Worker` says hello once, claims with a bounded long poll, confirms **start** before a
-handler runs, renews leases in the background, reports results and drains on shutdown. What
-one claim returned is started in one request, and outcomes are reported in batches (what
+handler runs, renews leases in the background, reports results and drains on shutdown.
+Without prefetch every attempt a claim returns has a free handler, so the claim starts them in
+its own transaction (``start_with_claim``) and each runs when the answer arrives; otherwise
+what one claim returned is started in one request. Outcomes are reported in batches (what
 finishes within ``report_linger`` of the first, sent at once when nothing else is in flight),
 each attempt keeping its own answer. With ``prefetch`` the worker holds up to that many
 claimed attempts beyond its running handlers, not started, so a freed handler starts the next
 one without waiting for a report and a claim. When every slot is held, a report also claims the
 slots it frees, in the same transaction (``claim_with_report``), so a round of a busy worker
-without prefetch is two requests; a report that releases keys claims one task per key even
+without prefetch is one request; a report that releases keys claims one task per key even
 with slots free (the key's next task is promoted in that transaction)::
 
     worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
@@ -94,6 +96,12 @@ class Worker:
             one request and one commit fewer per round; with slots free, one per key the
             report releases (it takes the key's next task at once, where the long poll would
             find it only at its next probe).
+        start_with_claim: without prefetch, claims (and reports that claim) start what they
+            grant in the same transaction: one request and one commit fewer per round. An
+            attempt started so that the worker then never runs (its answer lost, the process
+            killed) ends ``UNKNOWN`` when its lease runs out, as one whose own start was
+            answered would; with False each claim's attempts are started in a request of
+            their own, and one whose claim answer was lost expires unstarted and is retried.
     """
 
     def __init__(
@@ -112,6 +120,7 @@ class Worker:
         max_idle_backoff: float = 5.0,
         report_linger: float = 0.005,
         claim_with_report: bool = True,
+        start_with_claim: bool = True,
     ) -> None:
         if transport is None and url and token:
             transport = HttpTransport(Client(url, token))
@@ -135,6 +144,8 @@ class Worker:
         self.max_idle_backoff = max_idle_backoff
         self.report_linger = report_linger
         self.claim_with_report = claim_with_report
+        # With prefetch a claimed attempt may wait for a handler: it is started when one frees.
+        self.start_with_claim = start_with_claim and prefetch == 0
         self.handlers: dict[tuple[str, str], Handler] = {}
         self.guard = ProtocolGuard(concurrency_keys)
         self.session_id: str | None = None
@@ -152,6 +163,7 @@ class Worker:
         self._slots = threading.Condition()
         self._reports: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     # Registration ---------------------------------------------------------------------------
     def register(self, name: str, version: str, fn: Handler) -> None:
@@ -202,12 +214,10 @@ class Worker:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
-        pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="orbit-handler")
+        pool = self._pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="orbit-handler")
         reporter = threading.Thread(target=self._report_loop, name="orbit-report", daemon=True)
         reporter.start()
-        starter = threading.Thread(
-            target=self._start_loop, args=(pool,), name="orbit-start", daemon=True
-        )
+        starter = threading.Thread(target=self._start_loop, name="orbit-start", daemon=True)
         starter.start()
         try:
             if self._hello(pool):
@@ -259,7 +269,7 @@ class Worker:
                     continue
             try:
                 assignments = self.transport.claim(
-                    self.session_id, min(free, BATCH_MAX), self.wait_ms
+                    self.session_id, min(free, BATCH_MAX), self.wait_ms, self.start_with_claim
                 )
                 backoff = 0.1
             except ApiError as exc:
@@ -267,11 +277,17 @@ class Worker:
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, self.max_idle_backoff)
                 continue
-            self._dispatch(assignments)
+            self._dispatch(assignments, started=self.start_with_claim)
 
-    def _dispatch(self, wires: list[dict[str, Any]], released: Sequence[TaskEvent] = ()) -> None:
-        """Check the assignments (W5) and queue them for the starter. ``released`` (reported
-        events) leave the slots in the same step, so the claim loop never sees the slots a
+    def _dispatch(
+        self,
+        wires: list[dict[str, Any]],
+        released: Sequence[TaskEvent] = (),
+        started: bool = False,
+    ) -> None:
+        """Check the assignments (W5) and queue them for the starter, or, when the claim
+        ``started`` them, hand them to the handlers at once. ``released`` (reported events)
+        leave the slots in the same step, so the claim loop never sees the slots a
         report-and-claim refilled as free."""
         events = []
         for wire in wires:
@@ -293,10 +309,15 @@ class Worker:
                 self.inflight.pop(event.attempt_id, None)
             for event in events:
                 self.inflight[event.attempt_id] = event
-            self._waiting.extend(events)
+            if started:
+                self._running += len(events)
+            else:
+                self._waiting.extend(events)
             self._slots.notify_all()
+        for event in events if started else ():
+            self._run(event)
 
-    def _start_loop(self, pool: ThreadPoolExecutor) -> None:
+    def _start_loop(self) -> None:
         """Start waiting attempts as handlers free up, several in one request. When more wait
         than handlers are free, the freed slots gather for up to ``report_linger`` (handlers
         of one claim tend to finish together); without prefetch everything waiting fits."""
@@ -320,9 +341,9 @@ class Worker:
                     batch = [self._waiting.popleft() for _ in range(n)]
                     self._running += len(batch)
                 if batch:
-                    self._start(batch, pool)
+                    self._start(batch)
 
-    def _start(self, events: list[TaskEvent], pool: ThreadPoolExecutor) -> None:
+    def _start(self, events: list[TaskEvent]) -> None:
         """Start the attempts in one request and run the ones that started. Nothing here may
         end the starter thread: an attempt that cannot be run is left to its lease."""
         try:
@@ -341,15 +362,19 @@ class Worker:
                 self._handler_done()
                 self._release_slot(event)
                 continue
-            try:
-                pool.submit(self._execute, event)
-            except RuntimeError:  # the pool is shut down: the drain is over
-                log.warning(
-                    "started but not run: worker closing",
-                    extra={"action": "worker.start", "attempt_id": event.attempt_id},
-                )
-                self._handler_done()
-                self._release_slot(event)
+            self._run(event)
+
+    def _run(self, event: TaskEvent) -> None:
+        """Hand a started attempt (counted in ``_running``) to a handler thread."""
+        try:
+            self._pool.submit(self._execute, event)
+        except RuntimeError:  # the pool is shut down: the drain is over
+            log.warning(
+                "started but not run: worker closing",
+                extra={"action": "worker.start", "attempt_id": event.attempt_id},
+            )
+            self._handler_done()
+            self._release_slot(event)
 
     def _started_unreported(self) -> int:
         with self._slots:
@@ -417,7 +442,9 @@ class Worker:
         for _ in range(8):  # an identical result is idempotent, so resending the batch is safe
             try:
                 if want:
-                    answers, wires = self.transport.report_and_claim(self.session_id, payload, want)
+                    answers, wires = self.transport.report_and_claim(
+                        self.session_id, payload, want, self.start_with_claim
+                    )
                 else:
                     answers = self.transport.result_many(self.session_id, payload)
                 break
@@ -446,7 +473,7 @@ class Worker:
                 log.error("result refused: %s", answer, extra={"action": "worker.result", **ids})
             else:
                 log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
-        self._dispatch(wires, released=events)
+        self._dispatch(wires, released=events, started=self.start_with_claim)
 
     def _claim_with(self, reported: Sequence[TaskEvent]) -> int:
         """How many a report of ``reported`` should claim in the same request (0: report

@@ -322,6 +322,43 @@ def test_a_report_that_frees_a_key_claims_the_next_task_with_slots_free(make_wor
         assert counting.granted["claim"] == 6
 
 
+@pytest.mark.parametrize(
+    "prefetch, start_with_claim",
+    [(0, True), (0, False), (2, True)],
+    ids=["one", "apart", "prefetch"],
+)
+def test_a_worker_without_prefetch_starts_what_it_claims_in_the_claim(
+    make_worker, api, database, prefetch, start_with_claim
+):
+    """W3/W4: without prefetch every attempt a claim returns has a free handler, so the claim
+    (or the report that claims) starts it and no start request is made; with prefetch, or
+    asked not to, the worker starts in requests of its own. Either way each handler runs on
+    an attempt that is RUNNING, and a hot key's tasks run one after another."""
+    q = api.create_queue("claim-start").queue_id
+    key = f"hot/{secrets.token_hex(4)}"
+    ids = [_submit(api, q, key=key) for _ in range(5)] + [_submit(api, q) for _ in range(5)]
+    seen = []
+    worker = make_worker([q], capacity=4, prefetch=prefetch, start_with_claim=start_with_claim)
+    worker.transport = counting = Counting(worker.transport)
+
+    @worker.handler("job")
+    def job(event):
+        [row] = database.query(
+            "SELECT state FROM attempts WHERE public_id = %s", (event.attempt_id,)
+        )
+        seen.append(row["state"])
+
+    worker.start()
+    assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+    assert seen == ["RUNNING"] * 10
+    assert counting.granted["claim"] + counting.granted["report_and_claim"] == 10
+    if prefetch == 0 and start_with_claim:
+        assert counting.calls["start_many"] == 0, dict(counting.calls)
+        assert counting.granted["report_and_claim"] >= 4  # the key's tasks after its first
+    else:
+        assert counting.calls["start_many"] >= 1, dict(counting.calls)
+
+
 def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
     """A report claims only when every slot is held: with room left the claim loop claims on
     its own, and a second claimer would split what arrives into more, smaller claims."""
