@@ -171,7 +171,7 @@ class Bench:
             sid = b.hello(d, f"proc-{i}-{secrets.token_hex(3)}")
             while time.monotonic() < stop:
                 b.submit(d, secrets.token_hex(12), "")
-                [rows] = d.call("worker_claim", b.ns, sid, 1)
+                [rows] = d.call("worker_claim", b.ns, sid, 1, 0)
                 calls[i] += 2
                 for r in rows:
                     d.call("attempt_start", b.ns, sid, r["attempt_id"])
@@ -198,7 +198,7 @@ class Bench:
         attempts: list[str] = []
 
         def claim(n: int) -> None:
-            [[row]] = d.call("worker_claim", self.ns, sid, 1)
+            [[row]] = d.call("worker_claim", self.ns, sid, 1, 0)
             attempts.append(row["attempt_id"])
 
         out = floor.call_costs(
@@ -291,7 +291,7 @@ class Bench:
                     items = self.batch_items(queue, batch, names)
                     d.call("task_submit_many", self.ns, "bench", items)
                 elif phase == "claim":
-                    [rows] = d.call("worker_claim", self.ns, sid, batch)
+                    [rows] = d.call("worker_claim", self.ns, sid, batch, 0)
                     ids = [r["attempt_id"] for r in rows]
                 elif phase == "start":
                     d.call("attempt_start_many", self.ns, sid, json.dumps(ids), 0)
@@ -336,10 +336,10 @@ class Bench:
     def key_turns(self, turns: int, keys: int) -> dict:
         """One thread, the database's side of the hot-keys run: a session holds one running
         task of each of ``keys`` keys, each key with a backlog; a turn reports them all and
-        claims in the same call (worker_report_claim: each result frees its key and promotes
-        the key's next task, which the claim takes), then starts what it claimed
-        (attempt_start_many), as the SDK worker does. Wall time and mariadbd CPU per turn and
-        per task: at one key a turn, what a key's handoff costs the database on its own."""
+        claims and starts in the same call (worker_report_claim with start: each result frees
+        its key and promotes the key's next task, which the claim takes and starts), as the
+        SDK worker without prefetch does. Wall time and mariadbd CPU per turn and per task: at
+        one key a turn, what a key's handoff costs the database on its own."""
         d = Database(self.dsn, pool_size=1)
         queue, sid = self.batch_queue(d, f"turns-{secrets.token_hex(3)}", keys)
         prefix = secrets.token_hex(4)
@@ -348,16 +348,15 @@ class Bench:
         for done in range(0, backlog, 100):
             items = self.batch_items(queue, min(100, backlog - done), names)
             d.call("task_submit_many", self.ns, "bench", items)
-        [rows] = d.call("worker_claim", self.ns, sid, keys)
+        [rows] = d.call("worker_claim", self.ns, sid, keys, 0)
         held = [r["attempt_id"] for r in rows]
         d.call("attempt_start_many", self.ns, sid, json.dumps(held), 1)
 
         def turn() -> int:
             nonlocal held
             results = self.batch_results(held)
-            _, rows = d.call("worker_report_claim", self.ns, sid, results, keys)[:2]
+            _, rows = d.call("worker_report_claim", self.ns, sid, results, keys, 1)[:2]
             held = [r["attempt_id"] for r in rows]
-            d.call("attempt_start_many", self.ns, sid, json.dumps(held), 1)
             return len(held)
 
         costs = key_turn_costs(turn, turns, keys)
@@ -370,7 +369,7 @@ class Bench:
         the claim came back empty), each with ``result`` as its text. Returns the claimed
         attempts' ids."""
         call("task_submit_many", self.ns, "bench", self.batch_items(queue, batch))
-        [rows] = call("worker_claim", self.ns, sid, batch)[:1]
+        [rows] = call("worker_claim", self.ns, sid, batch, 0)[:1]
         ids = [r["attempt_id"] for r in rows]
         if ids:
             call("attempt_start_many", self.ns, sid, json.dumps(ids), 0)
@@ -413,7 +412,7 @@ class Bench:
         d = Database(self.dsn, pool_size=2)
         holder = self.hello(d, "holder-" + key)
         self.submit(d, key, key)
-        [[held]] = d.call("worker_claim", self.ns, holder, 1)
+        [[held]] = d.call("worker_claim", self.ns, holder, 1, 0)
         d.call("attempt_start", self.ns, holder, held["attempt_id"])
         if parked:
             park(self.dsn, self.ns, self.app, self.queue, key, parked)
@@ -451,7 +450,7 @@ class Bench:
         [public] = d.query("SELECT public_id FROM queues WHERE id = %s", (queue,))
         for _ in range(0, history, 100):
             d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 100))
-            [rows] = d.call("worker_claim", self.ns, worker, 100)[:1]
+            [rows] = d.call("worker_claim", self.ns, worker, 100, 0)[:1]
             ids = [r["attempt_id"] for r in rows]
             batches.start_many(d, self.ns, worker, ids)
             outcomes = [{"attempt_id": a, "outcome": "succeeded"} for a in ids]
@@ -461,7 +460,7 @@ class Bench:
         # guard's and the probe's look for expired leases and due backoff.
         conn = db.connect(self.dsn)
         idle = self.hello(d, f"{name}-idle", 10, queue_public=public["public_id"])
-        _, claim_reads, granted = counted_call(conn, "worker_claim", self.ns, idle, 10)
+        _, claim_reads, granted = counted_call(conn, "worker_claim", self.ns, idle, 10, 0)
         _, probe_reads, [ready] = counted_call(conn, "session_ready", self.ns, idle)
         assert not granted and not ready["ready"], (granted, ready)
         d.call("worker_goodbye", self.ns, idle)
@@ -471,7 +470,7 @@ class Bench:
             sessions.append(
                 self.hello(d, f"{name}-gone-{n}", 100, queue_public=public["public_id"])
             )
-            [rows] = d.call("worker_claim", self.ns, sessions[-1], 100)[:1]
+            [rows] = d.call("worker_claim", self.ns, sessions[-1], 100, 0)[:1]
             assert len(rows) == 100, len(rows)
         d.query(
             "UPDATE attempts a JOIN worker_sessions s ON s.id = a.session_id "
@@ -504,7 +503,7 @@ class Bench:
         """A claim of one on ``conn`` (its own connection, for its handler counters): its
         milliseconds, the rows it read and what it granted, which is then started and
         finished through ``d``."""
-        ms, reads, rows = counted_call(conn, "worker_claim", self.ns, sid, 1)
+        ms, reads, rows = counted_call(conn, "worker_claim", self.ns, sid, 1, 0)
         for row in rows:
             d.call("attempt_start", self.ns, sid, row["attempt_id"])
             d.call("attempt_result", self.ns, sid, row["attempt_id"], "succeeded", 0, None, None)
@@ -572,7 +571,7 @@ class Bench:
             latencies, reads = [], []
             for _ in range(samples):
                 d.call("task_submit_many", self.ns, "bench", self.batch_items(queue, 10))
-                ms, read, rows = counted_call(conn, "worker_claim", self.ns, sid, 10)
+                ms, read, rows = counted_call(conn, "worker_claim", self.ns, sid, 10, 0)
                 latencies.append(ms)
                 reads.append(read)
                 assert len(rows) == 10, len(rows)

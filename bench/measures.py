@@ -173,8 +173,8 @@ def db_cpu_seconds(pids: list[int]) -> float:
 
 
 def key_turn_costs(turn, turns: int, keys: int) -> dict:
-    """Wall time and mariadbd CPU of ``turns`` calls of ``turn()`` (one hot-key turn: report
-    and claim, then start; it returns how many tasks it claimed), after five that warm the
+    """Wall time and mariadbd CPU of ``turns`` calls of ``turn()`` (one hot-key turn: report,
+    claim and start in one call; it returns how many tasks it claimed), after five that warm the
     caches and are not counted. Every turn must claim ``keys`` tasks, one per key."""
     wall = cpu = 0.0
     pids = mariadbd_pids()

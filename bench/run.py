@@ -11,7 +11,8 @@ Parts:
              primary-key read cost inside a procedure (bench/overheads.py)
   phases     one thread, batches of 10 and 100: wall time and mariadbd CPU per phase (keys
              none, each task its own, or 1,000 shared behind a backlog); key turns of 1, 5
-             and 10 keys (report-and-claim, then start: the hot-keys run's calls), each beside
+             and 10 keys (report-and-claim that starts what it claims: the hot-keys run's
+             call, from an SDK worker without prefetch), each beside
              the SPEC floor's turn (bench/spec_floor_keys.py)
   blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks;
              an unkeyed session's claim and probe with 0 / 10k (/ 100k) READY keyed tasks;
@@ -236,7 +237,7 @@ def run_phases(bench: Bench, parts: set[str], results: dict, began: dict) -> Non
             results["phases_key_turns"].append(kt)
             results["phases_key_turns_spec_floor"].append(sf)
             print(
-                f"phases, key turns of {kt['keys']} (report-and-claim, then start; each result "
+                f"phases, key turns of {kt['keys']} (report-and-claim with start; each result "
                 f"promotes its key's next task): {kt['wall_ms_per_turn']:.1f} ms a turn, "
                 f"{kt['db_cpu_ms_per_turn']:.1f} ms db CPU ({kt['db_cpu_ms_per_task']:.2f} ms "
                 f"a task); the SPEC floor's turn {sf['db_cpu_ms_per_turn']:.1f} ms db CPU "

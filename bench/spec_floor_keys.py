@@ -1,9 +1,10 @@
-"""The SPEC floor of a hot key's turn: the cheapest report-and-claim and start that still do
-what SPEC asks of them, measured as the phases part measures Orbit's key turns.
+"""The SPEC floor of a hot key's turn: the cheapest report-and-claim that starts what it
+claims and still does what SPEC asks, measured as the phases part measures Orbit's key turns.
 
 Not Orbit. It lives in the floor's scratch database (``bench/floor.py``). A session holds one
-running task of each of ``keys`` keys, each key with a backlog of parked tasks; a turn is two
-calls, as SPEC 3 makes it (business code runs only after a start of its own):
+running task of each of ``keys`` keys, each key with a backlog of parked tasks; a turn is one
+call, as the SDK worker without prefetch makes it (SPEC 3: the start is its own change, with
+its own history row, committed before business code runs; here in the claim's transaction):
 
 - ``spec_key_turn``: the session locked for its capacity (W2), the recovery probe over the
   queue's expired leases (SPEC 3: recovery runs inside claims), the items' attempts locked by
@@ -13,10 +14,8 @@ calls, as SPEC 3 makes it (business code runs only after a start of its own):
   index on the key: K8, no scan) made claimable; then the claim of the queue's best
   claimable tasks in priority order (W2), each keyed one granted only where its key has no
   holder, with a new attempt (public id, lease), its queue and key permits (K5), the key's
-  token raised and persisted (K7), the task LEASED and a history row with the token; the
-  answer is the assignments.
-- ``spec_key_start``: the session resolved, the attempts locked by their public ids and
-  checked, each attempt and its task RUNNING, a history row each.
+  token raised and persisted (K7), and each grant started: attempt and task RUNNING, with
+  two history rows carrying the token (claimed, started); the answer is the assignments.
 
 Left out, as in ``bench/spec_floor.py``: the namespace gates, limits that are not set, more
 than one queue a session, fairness across sessions, a second route for single items, the
@@ -156,7 +155,7 @@ DDL = (
       IF v_claim IS NOT NULL THEN
         INSERT INTO {{f}}.ka (public_id, task, queue, session, resource, token, state,
                               lease_expires)
-        SELECT REPLACE(UUID(), '-', ''), t.id, t.queue, v_session, k.id, k.token + 1, 'LEASED',
+        SELECT REPLACE(UUID(), '-', ''), t.id, t.queue, v_session, k.id, k.token + 1, 'RUNNING',
                v_now + INTERVAL v_lease SECOND
           FROM JSON_TABLE(v_claim, '$[*]' COLUMNS (seq FOR ORDINALITY,
                                                     id BIGINT UNSIGNED PATH '$')) c
@@ -176,11 +175,12 @@ DDL = (
         SELECT a.id, k.kind, IF(k.kind = 'KEY', a.resource, a.queue), a.lease_expires
           FROM {{f}}.ka a STRAIGHT_JOIN (SELECT 'QUEUE' AS kind UNION ALL SELECT 'KEY') k
          WHERE a.id BETWEEN v_first AND v_first + v_granted - 1;
-        UPDATE {{f}}.ka a STRAIGHT_JOIN {{f}}.kt t ON t.id = a.task SET t.state = 'LEASED'
+        UPDATE {{f}}.ka a STRAIGHT_JOIN {{f}}.kt t ON t.id = a.task SET t.state = 'RUNNING'
          WHERE a.id BETWEEN v_first AND v_first + v_granted - 1;
         INSERT INTO {{f}}.kh (task, attempt, token, what, who, at)
-        SELECT task, id, token, 'CLAIMED', v_who, v_now FROM {{f}}.ka
-         WHERE id BETWEEN v_first AND v_first + v_granted - 1;
+        SELECT a.task, a.id, a.token, e.what, v_who, v_now
+          FROM {{f}}.ka a STRAIGHT_JOIN (SELECT 'CLAIMED' AS what UNION ALL SELECT 'RUNNING') e
+         WHERE a.id BETWEEN v_first AND v_first + v_granted - 1;
       END IF;
       UPDATE {{f}}.ks SET in_flight = in_flight - JSON_LENGTH(p_items) + v_granted,
                           last_seen = v_now
@@ -191,39 +191,14 @@ DDL = (
         FROM {{f}}.ka a STRAIGHT_JOIN {{f}}.kt t ON t.id = a.task
        WHERE a.id BETWEEN v_first AND v_first + v_granted - 1 ORDER BY a.id;
     END""",
-    f"""CREATE PROCEDURE {{f}}.spec_key_start(IN p_session CHAR(32), IN p_items TEXT)
-    BEGIN
-      DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
-      DECLARE v_n INT;
-      DECLARE v_ok INT;
-      DECLARE v_now DATETIME(6);
-      DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-      SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-      START TRANSACTION;
-      SELECT id INTO v_session FROM {{f}}.ks WHERE public_id = p_session;
-      SET v_now = UTC_TIMESTAMP(6);
-{HELD.format(state="LEASED")}
-      UPDATE {ITEMS.format(j="p_items")}
-        STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id
-        STRAIGHT_JOIN {{f}}.kt t ON t.id = a.task
-         SET a.state = 'RUNNING', t.state = 'RUNNING';
-      INSERT INTO {{f}}.kh (task, attempt, token, what, who, at)
-      SELECT a.task, a.id, a.token, 'RUNNING', CONCAT('session:', p_session), v_now
-        FROM {ITEMS.format(j="p_items")} STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id
-       ORDER BY j.seq;
-      COMMIT;
-      SELECT j.id AS attempt_id, a.lease_expires
-        FROM {ITEMS.format(j="p_items")} STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id
-       ORDER BY j.seq;
-    END""",
 )
 
 
 def key_turns(dsn: str, keys: int, turns: int) -> dict[str, Any]:
     """One thread on an otherwise idle server, as ``Bench.key_turns`` measures Orbit's: a
     session holds one running task of each of ``keys`` keys, each key with a backlog; a turn
-    reports them all and claims (each key's next task), then starts what it claimed. Wall
-    time and mariadbd CPU per turn and per task; the first five turns are not counted."""
+    reports them all and claims and starts each key's next task, in one call. Wall time and
+    mariadbd CPU per turn and per task; the first five turns are not counted."""
     scratch = floor.install(dsn, DDL)
     session = secrets.token_hex(16)
     prefix = secrets.token_hex(4)
@@ -257,16 +232,14 @@ def key_turns(dsn: str, keys: int, turns: int) -> dict[str, Any]:
     finally:
         conn.close()
     d = Database(dsn, pool_size=1)
-    turn_call, start = f"`{scratch}`.spec_key_turn", f"`{scratch}`.spec_key_start"
+    turn_call = f"`{scratch}`.spec_key_turn"
     [rows] = d.call(turn_call, session, "[]", keys)
     held = [r["attempt_id"] for r in rows]
-    d.call(start, session, json.dumps(held))
 
     def turn() -> int:
         nonlocal held
         [rows] = d.call(turn_call, session, json.dumps(held), keys)
         held = [r["attempt_id"] for r in rows]
-        d.call(start, session, json.dumps(held))
         return len(held)
 
     costs = key_turn_costs(turn, turns, keys)
