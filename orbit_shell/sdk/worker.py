@@ -97,11 +97,12 @@ class Worker:
             report releases (it takes the key's next task at once, where the long poll would
             find it only at its next probe).
         start_with_claim: without prefetch, claims (and reports that claim) start what they
-            grant in the same transaction: one request and one commit fewer per round. An
-            attempt started so that the worker then never runs (its answer lost, the process
-            killed) ends ``UNKNOWN`` when its lease runs out, as one whose own start was
-            answered would; with False each claim's attempts are started in a request of
-            their own, and one whose claim answer was lost expires unstarted and is retried.
+            grant in the same transaction: one request and one commit fewer per round. After
+            a claim whose answer was lost the worker says hello again and runs what the
+            session holds that it did not know; an attempt started so whose worker is killed
+            before its handler ends ``UNKNOWN`` when its lease runs out, as one started on its
+            own would. With False each claim's attempts are started in a request of their
+            own, and one not yet started when the worker dies expires and is retried.
     """
 
     def __init__(
@@ -276,6 +277,8 @@ class Worker:
                 log.warning("claim failed: %s", exc, extra={"action": "worker.claim"})
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, self.max_idle_backoff)
+                if self.start_with_claim and _maybe_committed(exc):
+                    self._recover_grants()
                 continue
             self._dispatch(assignments, started=self.start_with_claim)
 
@@ -305,6 +308,9 @@ class Worker:
         if not (events or released):
             return
         with self._slots:
+            # Checked again under the lock: a hello after a lost answer (_recover_grants) may
+            # answer what another thread's claim is dispatching at the same time.
+            events = [e for e in events if e.attempt_id not in self.inflight]
             for event in released:
                 self.inflight.pop(event.attempt_id, None)
             for event in events:
@@ -316,6 +322,32 @@ class Worker:
             self._slots.notify_all()
         for event in events if started else ():
             self._run(event)
+
+    def _recover_grants(self) -> None:
+        """After a claim that started what it granted and whose answer was lost: if it
+        committed, those attempts are this session's and RUNNING, and unrun they would end
+        UNKNOWN at their lease's end. A hello again answers every attempt the session holds
+        (L3); the ones this worker does not know are started (a repeat, harmless) and run."""
+        try:
+            hello = self.transport.hello(
+                self.worker_id,
+                self.queue_ids,
+                self.capacity + self.prefetch,
+                self.concurrency_keys,
+            )
+        except ApiError as exc:
+            log.warning(
+                "hello after a lost claim failed: %s", exc, extra={"action": "worker.hello"}
+            )
+            return
+        with self._slots:
+            unknown = [w for w in hello.in_flight if w["attempt_id"] not in self.inflight]
+        if unknown:
+            log.info(
+                "attempts of a lost claim answer recovered",
+                extra={"action": "worker.claim", "in_flight": len(unknown)},
+            )
+            self._dispatch(unknown)
 
     def _start_loop(self) -> None:
         """Start waiting attempts as handlers free up, several in one request. When more wait
@@ -438,6 +470,7 @@ class Worker:
         answers: list[Any] = [None] * len(batch)
         wires: list[dict[str, Any]] = []
         want = self._claim_with(events)
+        lost = False  # a report that claimed and started lost its answer
         backoff = 0.1
         for _ in range(8):  # an identical result is idempotent, so resending the batch is safe
             try:
@@ -450,7 +483,9 @@ class Worker:
                 break
             except UnavailableError as exc:
                 # Resent as results alone: a second claim is not idempotent. What a lost answer
-                # granted, if it committed, is never started and comes back when its lease ends.
+                # granted, if it committed, is recovered below when the claim started it (a
+                # hello again); else it was never started and comes back when its lease ends.
+                lost = lost or (want > 0 and self.start_with_claim)
                 want = 0
                 log.warning("results failed, retrying: %s", exc, extra={"action": "worker.result"})
                 time.sleep(backoff)
@@ -474,6 +509,8 @@ class Worker:
             else:
                 log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
         self._dispatch(wires, released=events, started=self.start_with_claim)
+        if lost:
+            self._recover_grants()
 
     def _claim_with(self, reported: Sequence[TaskEvent]) -> int:
         """How many a report of ``reported`` should claim in the same request (0: report
@@ -535,3 +572,9 @@ class Worker:
             "drained" if self.drained else "stopped with work in flight",
             extra={"action": "worker.drain", "session_id": self.session_id},
         )
+
+
+def _maybe_committed(exc: ApiError) -> bool:
+    """Whether a failed call may have committed all the same: its answer was lost on the way
+    (no answer, 503) or failed after the commit (5xx). A 4xx refused it before anything."""
+    return isinstance(exc, UnavailableError) or exc.status >= 500

@@ -25,6 +25,7 @@ from orbit_shell.sdk.models import (
     InvalidArgumentError,
     NotFoundError,
     SubmitTaskRequest,
+    UnavailableError,
 )
 from orbit_shell.sdk.transport import WORKER_PROTOCOL, HttpTransport, MysqlTransport
 from orbit_shell.sdk.worker import Retry, UnknownOutcome, Worker
@@ -357,6 +358,35 @@ def test_a_worker_without_prefetch_starts_what_it_claims_in_the_claim(
         assert counting.granted["report_and_claim"] >= 4  # the key's tasks after its first
     else:
         assert counting.calls["start_many"] >= 1, dict(counting.calls)
+
+
+@pytest.mark.parametrize("lose", ["claim", "report_and_claim"])
+def test_a_lost_answer_of_a_claim_that_started_is_recovered_and_run(make_worker, api, lose):
+    """L3/W3: a claim (or a report that claims) that started what it granted commits, and its
+    answer never arrives. The worker says hello again, which answers every attempt its session
+    holds, and runs the ones it did not know; left alone they would hold the key until their
+    30 s lease ran out and then end UNKNOWN."""
+    q = api.create_queue("lost-answer", lease_seconds=30).queue_id
+    key = f"hot/{secrets.token_hex(4)}"
+    ids = [_submit(api, q, key=key) for _ in range(3)]
+    worker = make_worker([q], capacity=2)
+    real, lost = getattr(worker.transport, lose), []
+
+    def losing(*args, **kwargs):
+        answer = real(*args, **kwargs)
+        granted = answer if lose == "claim" else answer[1]
+        if granted and not lost:
+            lost.extend(a["attempt_id"] for a in granted)
+            raise UnavailableError("UNAVAILABLE", 0, "injected: the answer was lost")
+        return answer
+
+    setattr(worker.transport, lose, losing)
+    runs = []
+    worker.register("job", "v1", lambda event: runs.append(event.attempt_id))
+    worker.start()
+    assert _wait(api, ids, timeout=20) == dict.fromkeys(ids, "SUCCEEDED")
+    assert len(lost) == 1 and lost[0] in runs
+    assert len(runs) == 3  # each task ran once: the recovered attempt was not claimed again
 
 
 def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
