@@ -1,14 +1,15 @@
--- session_start_granted: start what the caller's claim just granted (LEASED -> RUNNING), for
--- worker_claim and worker_report_claim asked to start (p_start: a worker whose every claimed
--- attempt has a free handler, W3). The same change attempt_start_many makes to its group:
--- attempt and task RUNNING, one STARTED history row each, in the claim's transaction, so the
--- claim's answer is the start's and a worker's round is one request.
+-- session_start_granted: start the grants worker_claim_grant made one by one (attempt_grant:
+-- a single grant, or a group the set-based path refused), LEASED -> RUNNING, when its caller
+-- was asked to start (p_start: a worker whose every claimed attempt has a free handler, W3).
+-- The same change attempt_start_many makes to its group: attempt and task RUNNING, one
+-- STARTED history row each, in the claim's transaction, so the claim's answer is the start's
+-- and a worker's round is one request. (The set-based grant writes its rows RUNNING itself.)
 -- Helper inside the caller's transaction: no transaction control, no handler. Its group
 -- table, claim_started_mem, is made and emptied by worker_claim_tables before the transaction.
 -- Params: namespace, the session's internal and public ids (the history's actor), the first
 --   attempt id the claim granted (NULL: nothing granted, nothing to do). The claim holds the
---   session row, so the session's attempts from p_first_attempt on are its grants (the rule
---   session_assignments answers by).
+--   session row, so the session's LEASED attempts from p_first_attempt on are its grants (the
+--   rule session_assignments answers by).
 -- Locks: none beyond the caller's: the attempts and tasks rows are the ones its grant wrote.
 CREATE PROCEDURE session_start_granted(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
                                        IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,

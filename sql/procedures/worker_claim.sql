@@ -1,7 +1,7 @@
 -- worker_claim: grant up to p_max tasks to a session in ONE transaction (K5, W2).
 -- Params: namespace, session public id, max (1..100, checked by the shell), start (1: the
---   attempts granted are started in the same transaction, session_start_granted: for a
---   worker that runs each at once, one call where a claim and a start take two).
+--   attempts granted are started in the same transaction, worker_claim_grant's p_start: for
+--   a worker that runs each at once, one call where a claim and a start take two).
 -- Result set: task.assign rows of the attempts granted by this call (session_assignments),
 --   RUNNING when started.
 -- Errors: NOT_FOUND (unknown session), STATE_CONFLICT (session closed).
@@ -38,10 +38,7 @@ BEGIN
   START TRANSACTION;
   CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
   CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max, v_limits,
-                          0, v_first_attempt);
-  IF p_start THEN
-    CALL session_start_granted(p_namespace_id, v_session, p_session_public_id, v_first_attempt);
-  END IF;
+                          0, p_start, v_first_attempt);
   COMMIT;
   CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615));
 END

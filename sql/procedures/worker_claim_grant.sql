@@ -9,8 +9,11 @@
 -- when the caller's transaction holds key rows already (worker_report_claim's results), so
 -- that a candidate whose key row another transaction holds is left for a later claim rather
 -- than waited for out of key order (a candidate the caller's results promoted, listed in
--- result_next_mem, is of a key row it holds: nothing to wait for). Out: the first attempt id
--- granted by this call (NULL: none).
+-- result_next_mem, is of a key row it holds: nothing to wait for); p_start: 1 when the caller
+-- was asked to start what it grants (W3): the set-based grant writes attempts and tasks
+-- RUNNING at once, with a STARTED history row after each CLAIMED one, and grants made one by
+-- one are started by session_start_granted. Out: the first attempt id granted by this call
+-- (NULL: none).
 -- Errors: STATE_CONFLICT (session closed), before anything is written.
 --
 -- Locks, in the documented order (after the caller's gate and application row): the session's
@@ -36,7 +39,8 @@ CREATE PROCEDURE worker_claim_grant(IN p_namespace_id BIGINT UNSIGNED, IN p_sess
                                     IN p_app_id BIGINT UNSIGNED,
                                     IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                     IN p_max INT UNSIGNED, IN p_limits TINYINT UNSIGNED,
-                                    IN p_skip_keys TINYINT, OUT p_first_attempt BIGINT UNSIGNED)
+                                    IN p_skip_keys TINYINT, IN p_start TINYINT,
+                                    OUT p_first_attempt BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_session BIGINT UNSIGNED;
@@ -250,11 +254,15 @@ BEGIN
       END IF;
     END IF;
     IF v_take > 1 AND v_bad = 0 THEN
+      -- Started at once when the caller asked (p_start): one write of each row where a grant
+      -- and then a start wrote each twice, moving its index entries twice (5-8% of a hot
+      -- key's turn, bench/README.md).
       INSERT INTO attempts (public_id, task_id, namespace_id, application_id, queue_id,
                             session_id, attempt_number, concurrency_token, state,
-                            lease_expires_at, created_at)
+                            lease_expires_at, created_at, started_at)
       SELECT new_public_id(), t.id, t.namespace_id, t.application_id, t.queue_id, v_session,
-             c.attempt_number, c.token, 'LEASED', c.expires_at, v_now
+             c.attempt_number, c.token, IF(p_start, 'RUNNING', 'LEASED'), c.expires_at, v_now,
+             IF(p_start, v_now, NULL)
         FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.take = 1 ORDER BY c.priority, c.task_id;
       -- The statement's first generated id is its least (an AUTO_INCREMENT only grows), in
@@ -284,7 +292,7 @@ BEGIN
         END IF;
       END IF;
       UPDATE claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
-         SET t.state = 'LEASED', t.lane = NULL, t.attempts_used = c.attempt_number,
+         SET t.state = IF(p_start, 'RUNNING', 'LEASED'), t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
       -- Queue permits are counted where a queue has max_concurrency (its row is locked above).
       IF v_limited > 0 AND v_queues = 1 THEN  -- by key, without grouping the candidates
@@ -298,9 +306,13 @@ BEGIN
       END IF;
       INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                                 from_state, to_state, actor, details, created_at)
-      SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'CLAIMED', 'WAITING', 'LEASED',
-             v_actor, NULL, v_now
-        FROM claim_candidates_mem WHERE take = 1 ORDER BY attempt_id;
+      SELECT c.task_id, p_namespace_id, c.attempt_id, NULLIF(c.token, 0), e.event, e.from_state,
+             e.to_state, v_actor, NULL, v_now
+        FROM claim_candidates_mem c
+        STRAIGHT_JOIN (SELECT 1 AS n, 'CLAIMED' AS event, 'WAITING' AS from_state, 'LEASED' AS to_state
+                       UNION ALL SELECT 2, 'STARTED', 'LEASED', 'RUNNING') e
+       WHERE c.take = 1 AND (e.n = 1 OR p_start)
+       ORDER BY c.attempt_id, e.n;
     ELSE
     grants: BEGIN
       DECLARE v_done TINYINT DEFAULT 0;
@@ -321,6 +333,9 @@ BEGIN
         END IF;
       END LOOP;
       CLOSE c_grant;
+      IF p_start THEN
+        CALL session_start_granted(p_namespace_id, v_session, p_session_public_id, v_first_attempt);
+      END IF;
     END grants;
     END IF;
     IF v_granted > 0 AND p_limits & 1 THEN

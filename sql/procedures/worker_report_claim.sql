@@ -65,10 +65,7 @@ BEGIN
         SET v_first_attempt = NULL;
       END;
       CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max,
-                              v_limits, 1, v_first_attempt);
-      IF p_start THEN
-        CALL session_start_granted(p_namespace_id, v_session, p_session_public_id, v_first_attempt);
-      END IF;
+                              v_limits, 1, p_start, v_first_attempt);
     END claim_half;
   END IF;
   COMMIT;
