@@ -55,7 +55,7 @@ from orbit_shell.sdk.protocol import (
     UnknownOutcome,
     outcome_of,
 )
-from orbit_shell.sdk.transport import HttpTransport, Transport
+from orbit_shell.sdk.transport import Hello, HttpTransport, Transport
 from orbit_shell.validation import BATCH_MAX
 
 # What a worker's module imports from here; Retry, UnknownOutcome and TaskEvent live in
@@ -232,16 +232,17 @@ class Worker:
             self._done.set()
 
     # Internals ------------------------------------------------------------------------------
+    def _say_hello(self) -> Hello:
+        """Register, or resume: the same identity gets its session and what it holds back."""
+        return self.transport.hello(
+            self.worker_id, self.queue_ids, self.capacity + self.prefetch, self.concurrency_keys
+        )
+
     def _hello(self, pool: ThreadPoolExecutor) -> bool:
         backoff = 0.1
         while not self._stopping.is_set():
             try:
-                hello = self.transport.hello(
-                    self.worker_id,
-                    self.queue_ids,
-                    self.capacity + self.prefetch,
-                    self.concurrency_keys,
-                )
+                hello = self._say_hello()
             except UnavailableError as exc:
                 log.warning("hello failed: %s", exc, extra={"action": "worker.hello"})
                 self._stopping.wait(backoff)
@@ -329,12 +330,7 @@ class Worker:
         UNKNOWN at their lease's end. A hello again answers every attempt the session holds
         (L3); the ones this worker does not know are started (a repeat, harmless) and run."""
         try:
-            hello = self.transport.hello(
-                self.worker_id,
-                self.queue_ids,
-                self.capacity + self.prefetch,
-                self.concurrency_keys,
-            )
+            hello = self._say_hello()
         except ApiError as exc:
             log.warning(
                 "hello after a lost claim failed: %s", exc, extra={"action": "worker.hello"}

@@ -1,11 +1,12 @@
 -- session_start_granted: start the grants worker_claim_grant made one by one (attempt_grant:
 -- a single grant, or a group the set-based path refused), LEASED -> RUNNING, when its caller
 -- was asked to start (p_start: a worker whose every claimed attempt has a free handler, W3).
--- The same change attempt_start_many makes to its group: attempt and task RUNNING, one
--- STARTED history row each, in the claim's transaction, so the claim's answer is the start's
--- and a worker's round is one request. (The set-based grant writes its rows RUNNING itself.)
+-- The change attempt_start_many makes to its group (attempt_start_group: attempt and task
+-- RUNNING, one STARTED history row each), in the claim's transaction, so the claim's answer is
+-- the start's and a worker's round is one request. (The set-based grant writes its rows
+-- RUNNING itself.)
 -- Helper inside the caller's transaction: no transaction control, no handler. Its group
--- table, claim_started_mem, is made and emptied by worker_claim_tables before the transaction.
+-- table, start_group_mem, is made and emptied by worker_claim_tables before the transaction.
 -- Params: namespace, the session's internal and public ids (the history's actor), the first
 --   attempt id the claim granted (NULL: nothing granted, nothing to do). The claim holds the
 --   session row, so the session's LEASED attempts from p_first_attempt on are its grants (the
@@ -25,18 +26,10 @@ BEGIN
     -- session's oldest RUNNING attempt, which a report of the same session holds while it
     -- waits for the session row this claim holds: 186 deadlocks in one e2e run of single
     -- submissions (sql/README.md, "Locking reads").
-    INSERT INTO claim_started_mem (attempt_id, task_id, token)
-    SELECT a.id, a.task_id, a.concurrency_token
+    INSERT INTO start_group_mem (seq, attempt_id, task_id, token)
+    SELECT a.id, a.id, a.task_id, a.concurrency_token
       FROM attempts a FORCE INDEX (ix_attempts_session)
      WHERE a.session_id = p_session_id AND a.state = 'LEASED' AND a.id >= p_first_attempt;
-    -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
-    UPDATE claim_started_mem g STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = g.attempt_id
-      STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = g.task_id
-       SET a.state = 'RUNNING', a.started_at = v_now, t.state = 'RUNNING', t.updated_at = v_now;
-    INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
-                              from_state, to_state, actor, details, created_at)
-    SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'STARTED', 'LEASED', 'RUNNING',
-           CONCAT('session:', p_session_public_id), NULL, v_now
-      FROM claim_started_mem ORDER BY attempt_id;
+    CALL attempt_start_group(p_namespace_id, p_session_public_id, v_now);
   END IF;
 END

@@ -1,6 +1,6 @@
 -- worker_claim_tables: the candidates table of worker_claim_grant, the key rows table of
--- keys_lock and the started grants of session_start_granted, made (once per connection) and
--- emptied. Called before the transaction: some DDL
+-- keys_lock and the group of grants session_start_granted starts (attempt_start_tables), made
+-- (once per connection) and emptied. Called before the transaction: some DDL
 -- commits implicitly (sql/README.md, "Set-based paths").
 CREATE PROCEDURE worker_claim_tables()
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -16,11 +16,7 @@ BEGIN
   CREATE TEMPORARY TABLE IF NOT EXISTS locked_keys_mem (
     concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY
   ) ENGINE=MEMORY;
-  CREATE TEMPORARY TABLE IF NOT EXISTS claim_started_mem (
-    attempt_id BIGINT UNSIGNED NOT NULL PRIMARY KEY, task_id BIGINT UNSIGNED NOT NULL,
-    token BIGINT UNSIGNED NOT NULL
-  ) ENGINE=MEMORY;
   DELETE FROM claim_candidates_mem;
   DELETE FROM locked_keys_mem;
-  DELETE FROM claim_started_mem;
+  CALL attempt_start_tables();
 END
