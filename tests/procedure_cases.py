@@ -208,8 +208,8 @@ def cases(eng, s):
         # Under a quota (QUOTA_CASES): without one the claim holds its session row alone
         # before it writes its candidates' MEMORY table, and a cycle through its key rows rolls
         # back the other transaction (sql/README.md, "Set-based paths").
-        # Both claims start what they grant (start 1): the longer path, session_start_granted's
-        # writes of the rows the grant holds included.
+        # Both claims start what they grant (start 1): the longer path, with the STARTED
+        # history rows.
         "worker_claim": (APP, SESSION, (ns, s["session"], 1, 1)),
         "worker_hello": (
             APP,

@@ -1,4 +1,7 @@
--- attempt_grant: turn one READY candidate into a LEASED attempt (the body of worker_claim).
+-- attempt_grant: turn one READY candidate into a LEASED attempt (the body of worker_claim), or,
+-- with p_start, into a RUNNING one: the claim asked to start what it grants (W3), and the
+-- attempt and its task are written RUNNING at once, with a STARTED history row after the
+-- CLAIMED one (what a start of its own would leave).
 -- Helper inside worker_claim's transaction: the caller holds a gate of the namespace, the
 -- application row and the queue rows where they have limits, the session row and, when it
 -- has more than one keyed candidate, their key rows; it checks the application quota, and
@@ -16,7 +19,8 @@
 -- Locks: tasks row, concurrency_resources row, then inserts attempts and permits rows.
 CREATE PROCEDURE attempt_grant(IN p_task_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
                                IN p_now DATETIME(6), IN p_actor VARCHAR(200),
-                               IN p_limits TINYINT UNSIGNED, OUT p_attempt_id BIGINT UNSIGNED)
+                               IN p_limits TINYINT UNSIGNED, IN p_start TINYINT,
+                               OUT p_attempt_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_lane VARCHAR(10) DEFAULT NULL;
@@ -89,9 +93,10 @@ BEGIN
         END IF;
         INSERT INTO attempts (public_id, task_id, namespace_id, application_id, queue_id,
                               session_id, attempt_number, concurrency_token, state,
-                              lease_expires_at, created_at)
+                              lease_expires_at, created_at, started_at)
           VALUES (new_public_id(), p_task_id, v_ns, v_app, v_queue, p_session_id, v_number,
-                  v_token, 'LEASED', v_expires, p_now);
+                  v_token, IF(p_start, 'RUNNING', 'LEASED'), v_expires, p_now,
+                  IF(p_start, p_now, NULL));
         SET p_attempt_id = LAST_INSERT_ID();
         INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
           VALUES (p_attempt_id, 'QUEUE', v_queue, NULL, v_expires, p_now);
@@ -108,7 +113,7 @@ BEGIN
             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INTERNAL: a held key was about to be granted again';
           END IF;
         END IF;
-        UPDATE tasks SET state = 'LEASED', lane = NULL, attempts_used = v_number,
+        UPDATE tasks SET state = IF(p_start, 'RUNNING', 'LEASED'), lane = NULL, attempts_used = v_number,
                          current_attempt_id = p_attempt_id, updated_at = p_now
          WHERE id = p_task_id;
         IF v_q_max IS NOT NULL THEN
@@ -116,6 +121,10 @@ BEGIN
         END IF;
         CALL history_add(p_task_id, v_ns, p_attempt_id, v_token, 'CLAIMED', 'WAITING', 'LEASED',
                          p_actor, NULL);
+        IF p_start THEN
+          CALL history_add(p_task_id, v_ns, p_attempt_id, v_token, 'STARTED', 'LEASED', 'RUNNING',
+                           p_actor, NULL);
+        END IF;
       END IF;
     END IF;
   END IF;

@@ -38,7 +38,11 @@ BEGIN
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
   -- The group's temporary table, before the transaction (sql/README.md, "Set-based paths").
-  CALL attempt_start_tables();
+  CREATE TEMPORARY TABLE IF NOT EXISTS start_fast_mem (
+    seq INT NOT NULL PRIMARY KEY, attempt_id BIGINT UNSIGNED NOT NULL,
+    task_id BIGINT UNSIGNED NOT NULL, token BIGINT UNSIGNED NOT NULL
+  ) ENGINE=MEMORY;
+  DELETE FROM start_fast_mem;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
@@ -55,7 +59,7 @@ BEGIN
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
     -- the change it waited for.
     SET v_now = UTC_TIMESTAMP(6);
-    INSERT INTO start_group_mem (seq, attempt_id, task_id, token)
+    INSERT INTO start_fast_mem (seq, attempt_id, task_id, token)
     SELECT j.seq - 1, a.id, a.task_id, a.concurrency_token
       FROM JSON_TABLE(p_attempt_ids, '$[*]' COLUMNS (
              seq FOR ORDINALITY, id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$')) j
@@ -68,7 +72,15 @@ BEGIN
     SET v_fast = ROW_COUNT();
   END IF;
   IF v_fast > 0 THEN
-    CALL attempt_start_group(p_namespace_id, p_session_public_id, v_now);
+    -- From the group's rows to the tables (STRAIGHT_JOIN): a temporary table has no statistics.
+    UPDATE start_fast_mem f STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
+      STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+       SET a.state = 'RUNNING', a.started_at = v_now, t.state = 'RUNNING', t.updated_at = v_now;
+    INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
+                              from_state, to_state, actor, details, created_at)
+    SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0), 'STARTED', 'LEASED', 'RUNNING',
+           CONCAT('session:', p_session_public_id), NULL, v_now
+      FROM start_fast_mem ORDER BY seq;
   END IF;
 
   SET v_n = JSON_LENGTH(p_attempt_ids);
@@ -76,7 +88,7 @@ BEGIN
   -- worker's start): that answer reads the group itself.
   IF v_fast > 0 AND NOT (v_fast = v_n AND p_brief) THEN
     SELECT GROUP_CONCAT(seq), JSON_ARRAYAGG(JSON_OBJECT('seq', seq, 'id', attempt_id, 'error', ''))
-      INTO v_fast_seqs, v_out FROM start_group_mem;
+      INTO v_fast_seqs, v_out FROM start_fast_mem;
   END IF;
   batch_items: WHILE v_i < v_n AND v_fast < v_n DO  -- nothing left when the group holds every item
     IF v_fast > 0 AND FIND_IN_SET(v_i, v_fast_seqs) > 0 THEN
@@ -100,7 +112,7 @@ BEGIN
   END WHILE batch_items;
   COMMIT;
   IF v_fast = v_n AND p_brief THEN
-    SELECT seq, NULL AS item_error FROM start_group_mem ORDER BY seq;
+    SELECT seq, NULL AS item_error FROM start_fast_mem ORDER BY seq;
   ELSEIF p_brief THEN
     SELECT j.seq, NULLIF(j.error, '') AS item_error
       FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',

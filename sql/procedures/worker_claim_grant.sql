@@ -10,10 +10,9 @@
 -- that a candidate whose key row another transaction holds is left for a later claim rather
 -- than waited for out of key order (a candidate the caller's results promoted, listed in
 -- result_next_mem, is of a key row it holds: nothing to wait for); p_start: 1 when the caller
--- was asked to start what it grants (W3): the set-based grant writes attempts and tasks
--- RUNNING at once, with a STARTED history row after each CLAIMED one, and grants made one by
--- one are started by session_start_granted. Out: the first attempt id granted by this call
--- (NULL: none).
+-- was asked to start what it grants (W3): both grant paths write attempts and tasks RUNNING at
+-- once, with a STARTED history row after each CLAIMED one. Out: the first attempt id granted
+-- by this call (NULL: none).
 -- Errors: STATE_CONFLICT (session closed), before anything is written.
 --
 -- Locks, in the documented order (after the caller's gate and application row): the session's
@@ -326,16 +325,13 @@ BEGIN
         SET v_done = 0;
         FETCH c_grant INTO v_next;
         IF v_done = 1 THEN LEAVE grant_loop; END IF;
-        CALL attempt_grant(v_next, v_session, v_now, v_actor, p_limits, v_item);
+        CALL attempt_grant(v_next, v_session, v_now, v_actor, p_limits, p_start, v_item);
         IF v_item IS NOT NULL THEN
           SET v_granted = v_granted + 1;
           IF v_first_attempt IS NULL THEN SET v_first_attempt = v_item; END IF;
         END IF;
       END LOOP;
       CLOSE c_grant;
-      IF p_start THEN
-        CALL session_start_granted(p_namespace_id, v_session, p_session_public_id, v_first_attempt);
-      END IF;
     END grants;
     END IF;
     IF v_granted > 0 AND p_limits & 1 THEN

@@ -1,6 +1,5 @@
--- worker_claim_tables: the candidates table of worker_claim_grant, the key rows table of
--- keys_lock and the group of grants session_start_granted starts (attempt_start_tables), made
--- (once per connection) and emptied. Called before the transaction: some DDL
+-- worker_claim_tables: the candidates table of worker_claim_grant and the key rows table of
+-- keys_lock, made (once per connection) and emptied. Called before the transaction: some DDL
 -- commits implicitly (sql/README.md, "Set-based paths").
 CREATE PROCEDURE worker_claim_tables()
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -18,5 +17,4 @@ BEGIN
   ) ENGINE=MEMORY;
   DELETE FROM claim_candidates_mem;
   DELETE FROM locked_keys_mem;
-  CALL attempt_start_tables();
 END
