@@ -215,17 +215,17 @@ class Worker:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
-        pool = self._pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="orbit-handler")
+        self._pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="orbit-handler")
         reporter = threading.Thread(target=self._report_loop, name="orbit-report", daemon=True)
         reporter.start()
         starter = threading.Thread(target=self._start_loop, name="orbit-start", daemon=True)
         starter.start()
         try:
-            if self._hello(pool):
+            if self._hello():
                 renewer = threading.Thread(target=self._renew_loop, daemon=True)
                 renewer.start()
-                self._claim_loop(pool)
-            self._finish(pool)
+                self._claim_loop()
+            self._finish()
         finally:
             self._closing.set()
             self._reports.put(None)
@@ -238,7 +238,7 @@ class Worker:
             self.worker_id, self.queue_ids, self.capacity + self.prefetch, self.concurrency_keys
         )
 
-    def _hello(self, pool: ThreadPoolExecutor) -> bool:
+    def _hello(self) -> bool:
         backoff = 0.1
         while not self._stopping.is_set():
             try:
@@ -261,7 +261,7 @@ class Worker:
             return True
         return False
 
-    def _claim_loop(self, pool: ThreadPoolExecutor) -> None:
+    def _claim_loop(self) -> None:
         backoff = 0.1
         while not self._stopping.is_set():
             with self._slots:
@@ -288,11 +288,11 @@ class Worker:
         wires: list[dict[str, Any]],
         released: Sequence[TaskEvent] = (),
         started: bool = False,
-    ) -> None:
+    ) -> int:
         """Check the assignments (W5) and queue them for the starter, or, when the claim
-        ``started`` them, hand them to the handlers at once. ``released`` (reported events)
-        leave the slots in the same step, so the claim loop never sees the slots a
-        report-and-claim refilled as free."""
+        ``started`` them, hand them to the handlers at once; how many were new to the worker.
+        ``released`` (reported events) leave the slots in the same step, so the claim loop
+        never sees the slots a report-and-claim refilled as free."""
         events = []
         for wire in wires:
             if wire["attempt_id"] in self.inflight:
@@ -307,7 +307,7 @@ class Worker:
                     extra={"action": "worker.protocol", "attempt_id": wire.get("attempt_id")},
                 )
         if not (events or released):
-            return
+            return 0
         with self._slots:
             # Checked again under the lock: a hello after a lost answer (_recover_grants) may
             # answer what another thread's claim is dispatching at the same time.
@@ -323,6 +323,7 @@ class Worker:
             self._slots.notify_all()
         for event in events if started else ():
             self._run(event)
+        return len(events)
 
     def _recover_grants(self) -> None:
         """After a claim that started what it granted and whose answer was lost: if it
@@ -336,14 +337,12 @@ class Worker:
                 "hello after a lost claim failed: %s", exc, extra={"action": "worker.hello"}
             )
             return
-        with self._slots:
-            unknown = [w for w in hello.in_flight if w["attempt_id"] not in self.inflight]
-        if unknown:
+        recovered = self._dispatch(hello.in_flight)
+        if recovered:
             log.info(
                 "attempts of a lost claim answer recovered",
-                extra={"action": "worker.claim", "in_flight": len(unknown)},
+                extra={"action": "worker.claim", "in_flight": recovered},
             )
-            self._dispatch(unknown)
 
     def _start_loop(self) -> None:
         """Start waiting attempts as handlers free up, several in one request. When more wait
@@ -549,7 +548,7 @@ class Worker:
                 except ApiError as exc:
                     log.debug("renew failed: %s", exc, extra={"action": "worker.renew"})
 
-    def _finish(self, pool: ThreadPoolExecutor) -> None:
+    def _finish(self) -> None:
         deadline = time.monotonic() + self.drain_timeout
         with self._slots:
             while self.inflight and time.monotonic() < deadline:
@@ -563,7 +562,7 @@ class Worker:
                 self.transport.goodbye(self.session_id)
             except ApiError as exc:
                 log.warning("goodbye failed: %s", exc, extra={"action": "worker.goodbye"})
-        pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         log.info(
             "drained" if self.drained else "stopped with work in flight",
             extra={"action": "worker.drain", "session_id": self.session_id},
