@@ -348,9 +348,8 @@ class Bench:
         for done in range(0, backlog, 100):
             items = self.batch_items(queue, min(100, backlog - done), names)
             d.call("task_submit_many", self.ns, "bench", items)
-        [rows] = d.call("worker_claim", self.ns, sid, keys, 0)
+        [rows] = d.call("worker_claim", self.ns, sid, keys, 1)
         held = [r["attempt_id"] for r in rows]
-        d.call("attempt_start_many", self.ns, sid, json.dumps(held), 1)
 
         def turn() -> int:
             nonlocal held
