@@ -34,6 +34,8 @@ ATTEMPT_COLUMNS = (
     "a.finished_at, a.outcome, a.retryable, a.result, a.error"
 )
 MAX_PAGE = 200
+# Filter columns whose values may end in spaces (a concurrency key may not, K2).
+PADDED_TEXTS = {"business_key", "handler"}
 # Task list filters and the index (namespace_id, column, id) of each.
 LIST_INDEXES = {
     "queue_id": "ix_tasks_ns_queue",
@@ -212,7 +214,9 @@ class Scope:
         """A page of tasks in id order after ``after``; filters are exact matches.
 
         Read through an index (namespace_id, [filter column,] id) of a given filter, never
-        along the primary key: that reads every other namespace's tasks past the cursor."""
+        along the primary key: that reads every other namespace's tasks past the cursor.
+        A text that may end in spaces (a business key, a handler) is matched on its length
+        too: the columns' collation pads with spaces, so ``=`` alone took ``a`` for ``a ``."""
         where = ["t.namespace_id = %s", "t.id > %s"]
         args: list[Any] = [self.namespace_id, after]
         indexes = []
@@ -224,6 +228,9 @@ class Scope:
         if "handler" in filters:  # the dashboard's filter; no index, read along another one
             where.append("t.handler = %s")
             args.append(filters["handler"])
+        for column in PADDED_TEXTS & filters.keys():
+            where.append(f"LENGTH(t.{column}) = %s")
+            args.append(len(filters[column].encode("utf-8")))
         extra, extra_args = self._queue_filter("t.queue_id")
         hint = f"FORCE INDEX ({', '.join(indexes or ['ix_tasks_ns'])})"
         return self.db.query(

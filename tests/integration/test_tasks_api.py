@@ -286,6 +286,41 @@ def test_detail_list_filters_and_cursor_pagination(client, tenant):
         assert result.status_code == 400, bad
 
 
+def test_the_business_key_filter_is_byte_exact(client, tenant):
+    """The filter is an exact match: the column's collation pads with spaces (PAD SPACE), so
+    a plain ``=`` let ``order-1`` list the tasks of ``order-1 `` too, another business key
+    (a business key is free text and may end in spaces; only a concurrency key may not)."""
+    plain, padded, _, spaces = (
+        submit(client, tenant, None, 201, business_key=key).json["data"]["task_id"]
+        for key in ("order-1", "order-1  ", "", "   ")
+    )
+
+    def listed(key: str) -> list[str]:
+        page = client.simulate_get(
+            "/v1/tasks", params={"business_key": key}, headers=tenant.headers
+        ).json["data"]
+        return [t["task_id"] for t in page["tasks"]]
+
+    assert listed("order-1") == [plain]
+    assert listed("order-1  ") == [padded]
+    assert listed("   ") == [spaces]
+
+
+def test_the_dashboards_handler_filter_is_byte_exact(client, tenant, database):
+    """The dashboard's handler filter reads through the same page (Scope.tasks): ``h`` does
+    not list the tasks of handler ``h `` either."""
+    plain, padded = (
+        submit(client, tenant, None, 201, handler=name).json["data"]["task_id"]
+        for name in ("h", "h ")
+    )
+    principal = Principal(
+        0, tenant.application_id, 0, tenant.namespace_id, frozenset(), True, frozenset()
+    )
+    scope = Scope(database, principal)
+    for name, task in (("h", plain), ("h ", padded)):
+        assert [r["public_id"] for r in scope.tasks({"handler": name}, 0, 10)] == [task]
+
+
 def test_a_list_cursor_is_a_task_id_the_credential_may_see(client, tenant_factory, database):
     """A page's cursor is its last task's public id. It was the internal id, one sequence
     for the whole server: a tenant paging its own tasks watched it advance with every
