@@ -87,6 +87,10 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                     filter(
                         None,
                         [
+                            "the median of rounds of "
+                            + ", ".join(f"{x:,.0f}" for x in run["rounds_tasks_per_s"])
+                            if "rounds_tasks_per_s" in run
+                            else "",
                             f"{after:,.0f} tasks/s after the last submission" if after else "",
                             note,
                             _key_turn_floor(results),
