@@ -40,22 +40,6 @@ from orbit_shell.engine.db import Database
 # Item lists as JSON: the same JSON_TABLE read Orbit's batch procedures use.
 ITEMS = "JSON_TABLE({j}, '$[*]' COLUMNS (seq FOR ORDINALITY, id CHAR(32) PATH '$')) j"
 
-# The items' attempts locked and checked: every one the session's, in ``state`` and within its
-# lease, or the call changes nothing (Orbit answers each item; the floor refuses the call).
-HELD = (
-    """      SELECT COUNT(*), COALESCE(SUM(a.session <=> v_session AND a.state = '{state}'
-                                    AND a.lease_expires > v_now), 0)
-        INTO v_n, v_ok
-        FROM """
-    + ITEMS.format(j="p_items")
-    + """
-        STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id FOR UPDATE;
-      IF v_n <> JSON_LENGTH(p_items) OR v_ok <> v_n THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'LEASE_LOST: not the current holder';
-      END IF;
-"""
-)
-
 DDL = (
     "CREATE TABLE {f}.kq (id BIGINT UNSIGNED PRIMARY KEY, lease_seconds INT NOT NULL)"
     " ENGINE=InnoDB COMMENT='SPEC key floor: queues'",
@@ -116,8 +100,16 @@ DDL = (
       SELECT EXISTS (SELECT 1 FROM {{f}}.ka WHERE queue = v_queue
                         AND state IN ('LEASED', 'RUNNING') AND lease_expires <= v_now)
         INTO v_due;
-      -- The results: every item the session's running attempt, locked, or nothing changes.
-{HELD.format(state="RUNNING")}
+      -- The results: every item the session's running attempt within its lease, locked, or
+      -- nothing changes (Orbit answers each item; the floor refuses the call).
+      SELECT COUNT(*), COALESCE(SUM(a.session <=> v_session AND a.state = 'RUNNING'
+                                    AND a.lease_expires > v_now), 0)
+        INTO v_n, v_ok
+        FROM {ITEMS.format(j="p_items")}
+        STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id FOR UPDATE;
+      IF v_n <> JSON_LENGTH(p_items) OR v_ok <> v_n THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'LEASE_LOST: not the current holder';
+      END IF;
       IF v_n > 0 THEN
         UPDATE {ITEMS.format(j="p_items")}
           STRAIGHT_JOIN {{f}}.ka a ON a.public_id = j.id
