@@ -19,14 +19,30 @@ from orbit_shell.cli import promote as promotion
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
 from orbit_shell.server import auth
-from orbit_shell.validation import HEX32
+from orbit_shell.validation import HEX32, Text
 
 BASE_SCOPES = ("queues:manage", "tasks:submit", "tasks:read", "tasks:manage")
 WORKER_SCOPES = ("workers:connect", "workers:consume")
 
+# Tenant and queue names as the API takes a queue's: the database compares names padded with
+# spaces, so ``--application "a1 "`` was the tenant ``a1``, and got its credential or quota.
+NAME = Text(1, 100, trimmed=True)
+LABEL = Text(0, 200)
+
+
+def check_names(args: argparse.Namespace) -> None:
+    """INVALID_ARGUMENT, before the database is asked, for a name the command was given that
+    is empty, longer than its column, holds a control character or has whitespace at an end."""
+    for field in ("application", "environment", "namespace", "queue"):
+        if getattr(args, field, None) is not None:
+            NAME(f"--{field}", getattr(args, field))
+    if getattr(args, "label", None):
+        LABEL("--label", args.label)
+
 
 def bootstrap(database: Database, args: argparse.Namespace) -> dict:
     """Create or reuse the tenant and queue, add a credential, write the credentials file."""
+    check_names(args)
     scopes = BASE_SCOPES + (WORKER_SCOPES if args.worker_access else ())
     token, public_id, digest = auth.new_token()
     [[row]] = database.call(
@@ -56,6 +72,7 @@ def bootstrap(database: Database, args: argparse.Namespace) -> dict:
 def create_credential(database: Database, args: argparse.Namespace) -> dict:
     """A credential of an existing namespace with the given scopes, over every queue or only
     the listed ones; writes the credentials file (0600) and returns its document."""
+    check_names(args)
     scopes = [s for s in (p.strip() for p in args.scopes.split(",")) if s]
     unknown = sorted(set(scopes) - set(auth.SCOPES))
     if not scopes or unknown:
@@ -121,6 +138,7 @@ def worker_account(dsn: str, args: argparse.Namespace) -> dict:
     """Create (or re-grant) a MySQL account that may only EXECUTE the worker procedures, bound
     to the namespace named by ``args`` (L4): the procedures refuse it any other. Run again with
     another namespace, the account is bound to that one too; every run sets a new password."""
+    check_names(args)
     if not ACCOUNT_NAME.match(args.user) or not HOST_PATTERN.match(args.host):
         raise errors.InvalidArgument("user must be [A-Za-z0-9_]{1,32}; host a host pattern")
     password = secrets.token_urlsafe(24)
@@ -314,6 +332,7 @@ def _revoke(database: Database, args: argparse.Namespace) -> str:
 
 
 def _set_quota(database: Database, args: argparse.Namespace) -> str:
+    check_names(args)
     [[row]] = database.call(
         "application_set_quota", args.application, args.max_active_attempts, args.max_unfinished
     )

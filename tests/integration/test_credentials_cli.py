@@ -1,6 +1,6 @@
 """`orbit-admin credential` and `orbit-admin revoke` (SPEC 1: scopes and a queue scope of all
-queues or a list; revoked credentials refused), driven through the CLI and checked through the
-API over the real database."""
+queues or a list; revoked credentials refused), and the names every `orbit-admin` command takes
+(SPEC 7), driven through the CLI and checked through the API over the real database."""
 
 from __future__ import annotations
 
@@ -166,3 +166,72 @@ def test_unknown_namespace_and_unknown_or_malformed_credential(cli, tenant, tmp_
     # Longer than an id: refused before the database (a CHAR(16) parameter would cut it).
     status, _, err = cli("revoke", "--credential-id", tenant.token.split("_")[1] + "00")
     assert status == 1 and "INVALID_ARGUMENT" in err
+
+
+def tenant_rows(database) -> dict:
+    """What an orbit-admin command could have written: tenants, queues, credentials, quotas
+    and MySQL accounts."""
+    return database.query(
+        "SELECT (SELECT COUNT(*) FROM applications) AS applications,"
+        " (SELECT COUNT(*) FROM environments) AS environments,"
+        " (SELECT COUNT(*) FROM namespaces) AS namespaces, (SELECT COUNT(*) FROM queues) AS queues,"
+        " (SELECT COUNT(*) FROM credentials) AS credentials,"
+        " (SELECT GROUP_CONCAT(CONCAT(id, ':', COALESCE(max_active_attempts, '-'), ':',"
+        "  COALESCE(max_unfinished, '-')) ORDER BY id) FROM applications) AS quotas,"
+        " (SELECT COUNT(*) FROM mysql.user WHERE user = 'name_probe') AS accounts"
+    )[0]
+
+
+# Per command, the names it takes. A name with a space at its end was the padded name of an
+# existing tenant to the database: "app " got app's credential, quota or worker account.
+NAME_FIELDS = {
+    "bootstrap": ("--application", "--environment", "--namespace", "--queue"),
+    "credential": ("--application", "--environment", "--namespace"),
+    "worker-account": ("--application", "--environment", "--namespace"),
+    "set-quota": ("--application",),
+}
+BAD_NAMES = [
+    (" ", "must not start or end with whitespace"),  # appended to the tenant's own name
+    ("\tx", "must not contain control characters"),
+    ("x" * 101, "must be 1 to 100 characters"),  # was INTERNAL: too long for the parameter
+]
+
+
+@pytest.mark.parametrize(
+    "command, field, bad, message",
+    [(c, f, b, m) for c, fields in NAME_FIELDS.items() for f in fields for b, m in BAD_NAMES],
+)
+def test_spec7_a_name_the_database_would_pad_or_cut_is_refused_and_changes_nothing(
+    cli, database, tenant, tmp_path, command, field, bad, message
+):
+    given = {
+        "--application": tenant.application,
+        "--environment": "test",
+        "--namespace": tenant.namespace,
+        "--queue": "default",
+    }
+    given[field] = given[field] + bad if bad == " " else bad
+    args = [command, *(a for f in NAME_FIELDS[command] for a in (f, given[f]))]
+    out = tmp_path / "never.json"
+    args += {
+        "bootstrap": ["--output", str(out)],
+        "credential": ["--scopes", "tasks:read", "--output", str(out)],
+        "worker-account": ["--user", "name_probe", "--output", str(out)],
+        "set-quota": ["--max-unfinished", "7"],
+    }[command]
+    before = tenant_rows(database)
+    status, _, err = cli(*args)
+    assert status == 1
+    assert f"INVALID_ARGUMENT: {field}: {message}" in err
+    assert tenant_rows(database) == before
+    assert not out.exists()
+
+
+def test_spec7_a_label_with_a_control_character_is_refused(cli, database, tenant, tmp_path):
+    before = tenant_rows(database)
+    status, _, err = cli(
+        "credential", *names(tenant), "--scopes", "tasks:read", "--label", "a\nb",
+        "--output", str(tmp_path / "never.json"),
+    )  # fmt: skip
+    assert status == 1 and "INVALID_ARGUMENT: --label: must not contain control" in err
+    assert tenant_rows(database) == before
