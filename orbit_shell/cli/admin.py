@@ -137,14 +137,29 @@ HOST_PATTERN = re.compile(r"^[A-Za-z0-9_.%:-]{1,60}$")
 def worker_account(dsn: str, args: argparse.Namespace) -> dict:
     """Create (or re-grant) a MySQL account that may only EXECUTE the worker procedures, bound
     to the namespace named by ``args`` (L4): the procedures refuse it any other. Run again with
-    another namespace, the account is bound to that one too; every run sets a new password."""
+    another namespace, the account is bound to that one too; every run sets a new password.
+    STATE_CONFLICT for a user name that a MySQL account has which this command did not make."""
     check_names(args)
     if not ACCOUNT_NAME.match(args.user) or not HOST_PATTERN.match(args.host):
         raise errors.InvalidArgument("user must be [A-Za-z0-9_]{1,32}; host a host pattern")
     password = secrets.token_urlsafe(24)
     settings = db.parse_dsn(dsn)
     database = Database(dsn, pool_size=1)
-    try:  # bound first: a namespace that does not exist leaves no account behind
+    try:
+        # Only an account this command made is made again: any other of that name (the
+        # server's own, root) would get a new password, keep its grants, and be held to one
+        # namespace by worker_account_check, which knows accounts by user name alone.
+        [found] = database.query(
+            "SELECT (SELECT COUNT(*) FROM mysql.user WHERE User = %s) AS accounts,"
+            " (SELECT COUNT(*) FROM worker_accounts WHERE account_user = %s) AS bound",
+            (args.user, args.user),
+        )
+        if found["accounts"] and not found["bound"]:
+            raise errors.StateConflict(
+                f"a MySQL account named {args.user} exists and orbit-admin did not make it; "
+                "its password and grants are left alone: choose another --user"
+            )
+        # Bound first: a namespace that does not exist leaves no account behind.
         [[bound]] = database.call(
             "worker_account_bind", args.user, args.application, args.environment, args.namespace
         )

@@ -5,10 +5,13 @@ queues or a list; revoked credentials refused), and the names every `orbit-admin
 from __future__ import annotations
 
 import json
+import secrets
 
+import pymysql
 import pytest
 
 from orbit_shell.cli.admin import main as admin
+from orbit_shell.engine import db
 
 
 @pytest.fixture
@@ -235,3 +238,44 @@ def test_spec7_a_label_with_a_control_character_is_refused(cli, database, tenant
     )  # fmt: skip
     assert status == 1 and "INVALID_ARGUMENT: --label: must not contain control" in err
     assert tenant_rows(database) == before
+
+
+def test_l4_worker_account_leaves_an_account_it_did_not_make_alone(
+    cli, database, server, tenant, tmp_path
+):
+    """A user name that a MySQL account has already, made by hand (as the server's own or
+    root is), is refused: the command would have set its password, left its grants as they
+    were and bound it to one namespace. An account the command made is made again."""
+    user, password = "by_hand_" + secrets.token_hex(3), secrets.token_urlsafe(12)
+    schema_name = db.parse_dsn(database.dsn)["database"]
+    admin_conn = db.connect(database.dsn)
+    try:
+        with admin_conn.cursor() as cur:
+            cur.execute("CREATE USER %s@'localhost' IDENTIFIED BY %s", (user, password))
+            cur.execute(f"GRANT SELECT ON `{schema_name}`.* TO %s@'localhost'", (user,))
+        out = tmp_path / "never.json"
+        args = ["worker-account", "--user", user, "--host", "localhost", *names(tenant)]
+        status, _, err = cli(*args, "--output", str(out))
+        assert status == 1
+        assert f"STATE_CONFLICT: a MySQL account named {user} exists" in err
+        assert not out.exists()
+        [bound] = database.query(
+            "SELECT COUNT(*) AS n FROM worker_accounts WHERE account_user = %s", (user,)
+        )
+        assert bound["n"] == 0
+        own = pymysql.connect(
+            host=server.host, port=server.port, unix_socket=server.socket, user=user,
+            password=password, database=schema_name,
+        )  # fmt: skip
+        own.close()  # the password it had still opens it
+        made = "orbit_worker_" + secrets.token_hex(3)
+        for _ in range(2):
+            status, _, err = cli(
+                "worker-account", "--user", made, "--host", "localhost", *names(tenant),
+                "--output", str(tmp_path / "w.json"),
+            )  # fmt: skip
+            assert status == 0, err
+    finally:
+        with admin_conn.cursor() as cur:
+            cur.execute("DROP USER IF EXISTS %s@'localhost'", (user,))
+        admin_conn.close()
