@@ -303,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     if not dsn:
         print("orbit-admin: ORBIT_MYSQL_DSN is not set", file=sys.stderr)
         return 2
+    try:
+        db.parse_servers(dsn)
+    except ValueError as exc:
+        print(f"orbit-admin: {exc}", file=sys.stderr)
+        return 2
     if args.command == "worker-account":
         try:
             worker_account(dsn, args)

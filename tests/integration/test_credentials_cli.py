@@ -279,3 +279,18 @@ def test_l4_worker_account_leaves_an_account_it_did_not_make_alone(
         with admin_conn.cursor() as cur:
             cur.execute("DROP USER IF EXISTS %s@'localhost'", (user,))
         admin_conn.close()
+
+
+@pytest.mark.parametrize("command", ["set-quota", "worker-account"])
+def test_a_malformed_dsn_is_named_not_a_traceback(cli, monkeypatch, tenant, tmp_path, command):
+    monkeypatch.setenv("ORBIT_MYSQL_DSN", "orbit-db:3306")
+    args = {
+        "set-quota": ["--application", tenant.application],
+        "worker-account": ["--user", "never", *names(tenant), "--output", str(tmp_path / "w")],
+    }[command]
+    status, _, err = cli(command, *args)
+    assert status == 2
+    assert (
+        err
+        == "orbit-admin: ORBIT_MYSQL_DSN must look like mysql://user:password@host:port/database\n"
+    )
