@@ -33,6 +33,10 @@ from orbit_shell.sdk.models import (
     local_error,
 )
 
+# Orbit answers 503 itself when its database is out of reach; a gateway in front of it answers
+# 502 or 504 with a page of its own. All three are Orbit unavailable (UnavailableError).
+GATEWAY_ERRORS = frozenset({502, 503, 504})
+
 
 def _pool_for(base_url: str, pool_size: int) -> urllib3.PoolManager:
     """A pool of keep-alive connections to ``base_url``, through the proxy the environment
@@ -61,7 +65,8 @@ class Client:
         base_url: e.g. ``http://127.0.0.1:8080``.
         token: the bearer token (``orb_...``).
         timeout: seconds per request (connect and read).
-        retries: extra tries for safe calls on connection errors and 503.
+        retries: extra tries for safe calls on connection errors, 503, and a gateway's 502
+            or 504.
         pool_size: keep-alive connections kept per host (threads sending at once beyond it
             open a connection for that request).
     """
@@ -131,7 +136,7 @@ class Client:
                     self.sleep(min(0.1 * 2**attempt, 2.0))
                     continue
                 raise UnavailableError("UNAVAILABLE", 0, f"cannot reach Orbit: {exc}") from exc
-            if response.status == 503 and attempt + 1 < tries:
+            if response.status in GATEWAY_ERRORS and attempt + 1 < tries:
                 self.sleep(min(0.1 * 2**attempt, 2.0))
                 continue
             return response.status, self._decode(response.status, response.data)
@@ -142,8 +147,15 @@ class Client:
         try:
             body = json.loads(raw)
         except ValueError:
+            body = None
+        if not (isinstance(body, dict) and ("data" in body or isinstance(body.get("error"), dict))):
+            # Not Orbit's envelope: something between answered. A gateway's error page
+            # (502, 503, 504: Orbit restarting, unreachable or slow behind nginx or a load
+            # balancer) is Orbit unavailable, with the call perhaps committed, as a lost answer.
             text = raw[:200].decode("utf-8", "replace")
-            raise ApiError("INTERNAL", status, f"non-JSON response: {text}") from None
+            if status in GATEWAY_ERRORS:
+                raise UnavailableError("UNAVAILABLE", status, f"gateway error page: {text}")
+            raise ApiError("INTERNAL", status, f"not an Orbit response: {text}")
         if status >= 400 or "error" in body:
             err = body.get("error") or {}
             raise api_error(

@@ -29,6 +29,7 @@ from orbit_shell.sdk.models import (
 )
 from orbit_shell.sdk.transport import WORKER_PROTOCOL, HttpTransport, MysqlTransport
 from orbit_shell.sdk.worker import Retry, UnknownOutcome, Worker
+from tests.acceptance.proxy import FailingProxy
 from tests.conftest import make_tenant
 
 
@@ -387,6 +388,47 @@ def test_a_lost_answer_of_a_claim_that_started_is_recovered_and_run(make_worker,
     assert _wait(api, ids, timeout=20) == dict.fromkeys(ids, "SUCCEEDED")
     assert len(lost) == 1 and lost[0] in runs
     assert len(runs) == 3  # each task ran once: the recovered attempt was not claimed again
+
+
+@pytest.mark.parametrize(
+    "path, how",
+    [
+        ("/report-and-claim", "before"),  # 502: never reached Orbit
+        ("/report-and-claim", "after"),  # 504: committed, its answer dropped
+        ("/workers/hello", "before"),
+        ("/claim", "after"),
+    ],
+)
+def test_a_proxys_gateway_error_page_is_retried_like_a_lost_answer(
+    orbit_server, api, tenant, path, how
+):
+    """Behind nginx or a load balancer, a restarting or slow Orbit shows as a 502 or 504 HTML
+    page. The worker takes it for what it is, Orbit unavailable, and goes on as after a lost
+    answer: results sent again (they are idempotent), a claim that may have committed
+    recovered by hello, hello tried again. Read as an INTERNAL error, the results were dropped
+    (the tasks ended UNKNOWN at their lease's end) and a failed hello stopped the worker."""
+    q = api.create_queue(f"proxied-{how}", lease_seconds=30).queue_id
+    ids = [_submit(api, q) for _ in range(4)]
+    once: list[str] = []
+
+    def fail(method: str, at: str) -> str | None:
+        if method == "POST" and at.endswith(path) and not once:
+            once.append(at)
+            return how
+        return None
+
+    runs: list[str] = []
+    with FailingProxy(orbit_server, fail) as proxy:
+        worker = Worker([q], url=proxy.url, token=tenant.token, capacity=1, wait_ms=300)
+        worker.register("job", "v1", lambda event: runs.append(event.task.task_id))
+        worker.start()
+        try:
+            states = _wait(api, ids, timeout=20)
+        finally:
+            worker.drain(timeout=10)
+    assert len(proxy.failed) == 1, proxy.failed
+    assert states == dict.fromkeys(ids, "SUCCEEDED")
+    assert sorted(runs) == sorted(ids)  # each ran once
 
 
 def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
