@@ -12,6 +12,12 @@ never share one). Prints the median wall time of each call and the mariadbd CPU 
 
 --result TEXT makes every result carry TEXT (a handler that returns something).
 
+--key-turns K alternates hot-key turns instead (the phases part's, Bench.key_turns): each side's
+session holds one running task of each of K keys, each key with a backlog, and a turn is one
+worker_report_claim with start that reports them all and claims each key's next task:
+
+    python bench/ab.py --rounds 500 --key-turns 5 worker_claim_grant=/tmp/grant.sql
+
 Without ORBIT_MYSQL_DSN it uses the bench's private server (.scratch/bench-db) and installs
 this tree's schema and routines there first.
 """
@@ -36,14 +42,15 @@ from orbit_shell.engine import db, schema
 from orbit_shell.engine.db import Database
 
 CALLS = ("task_submit_many", "worker_claim", "attempt_start_many", "attempt_result_many")
+TURN = "worker_report_claim"  # the one call of a key turn (--key-turns)
 
 
 def with_callers(variants: dict[str, Path]) -> dict[str, Path]:
     """A helper's variant (worker_claim_grant, attempt_result_apply, ...) reaches the cycle
     through B copies of the calls that call it, each calling the helper's B."""
     out = dict(variants)
-    for helper in [n for n in variants if n not in CALLS]:
-        for call in CALLS:
+    for helper in [n for n in variants if n not in (*CALLS, TURN)]:
+        for call in (*CALLS, TURN):
             text = (schema.PROCEDURES_DIR / f"{call}.sql").read_text()
             if re.search(rf"\bCALL {helper}\(", text) and call not in out:
                 rewritten = Path(f"/tmp/ab-{call}-calls-{helper}_b.sql")
@@ -87,6 +94,9 @@ def main() -> int:
     parser.add_argument(
         "--result", default="", help="the text each result carries (default: none, a no-op's)"
     )
+    parser.add_argument(
+        "--key-turns", type=int, default=0, metavar="K", help="alternate key turns of K keys"
+    )
     parser.add_argument("variants", nargs="+", metavar="NAME=FILE")
     args = parser.parse_args()
     variants = {}
@@ -105,32 +115,40 @@ def main() -> int:
         schema.apply(dsn)
     install_b(dsn, variants)
     bench = run.Bench(dsn)
-    sides = {}
-    for side in "AB":
-        d = Database(dsn, pool_size=1)
-        queue, session = bench.batch_queue(d, f"ab-{side}-{secrets.token_hex(3)}", args.batch)
-        sides[side] = (d, queue, session)
-    pids = measures.mariadbd_pids()
-    wall = {s: {c: [] for c in CALLS} for s in "AB"}
-    cpu = {s: dict.fromkeys(CALLS, 0.0) for s in "AB"}
+    calls = (TURN,) if args.key_turns else CALLS
 
     def name(call: str, side: str) -> str:
         return call + "_b" if side == "B" and call in variants else call
 
-    def cycle(side: str, keep: bool) -> None:
-        d, queue, session = sides[side]
+    sides, turns = {}, {}
+    for side in "AB":
+        d = Database(dsn, pool_size=1)
+        if args.key_turns:  # the warm-up's turns and the counted ones
+            turns[side] = bench.key_turn(d, args.key_turns, args.rounds + 10, name(TURN, side))
+        else:
+            queue, session = bench.batch_queue(d, f"ab-{side}-{secrets.token_hex(3)}", args.batch)
+            sides[side] = (d, queue, session)
+    pids = measures.mariadbd_pids()
+    wall = {s: {c: [] for c in calls} for s in "AB"}
+    cpu = {s: dict.fromkeys(calls, 0.0) for s in "AB"}
 
+    def cycle(side: str, keep: bool) -> None:
         def timed(call: str, *call_args):
             c0, t0 = measures.db_cpu_seconds(pids), time.perf_counter()
-            out = d.call(name(call, side), *call_args)
+            out = turns[side]() if args.key_turns else d.call(name(call, side), *call_args)
             if keep:
                 wall[side][call].append(time.perf_counter() - t0)
                 cpu[side][call] += measures.db_cpu_seconds(pids) - c0
             return out
 
-        claimed = bench.batch_cycle(timed, queue, session, args.batch, args.result)
-        if len(claimed) != args.batch:
-            raise SystemExit(f"{side}: claimed {len(claimed)} of {args.batch}")
+        if args.key_turns:
+            claimed, wanted = timed(TURN), args.key_turns
+        else:
+            d, queue, session = sides[side]
+            claimed = len(bench.batch_cycle(timed, queue, session, args.batch, args.result))
+            wanted = args.batch
+        if claimed != wanted:
+            raise SystemExit(f"{side}: claimed {claimed} of {wanted}")
 
     for _ in range(10):  # warm both sides' caches, uncounted
         cycle("A", False)
@@ -139,7 +157,7 @@ def main() -> int:
         for side in "AB" if i % 2 == 0 else "BA":
             cycle(side, True)
     total = dict.fromkeys("AB", 0.0)
-    for call in CALLS:
+    for call in calls:
         a, b = (statistics.median(wall[s][call]) * 1000 for s in "AB")
         total["A"] += a
         total["B"] += b
@@ -148,10 +166,11 @@ def main() -> int:
             f"{call:20s} median A {a:7.3f} ms  B {b:7.3f} ms  ({b / a:.3f}x)  "
             f"mariadbd CPU A {ca:6.3f} B {cb:6.3f} ms"
         )
-    print(
-        f"{'cycle':20s} median A {total['A']:7.3f} ms  B {total['B']:7.3f} ms  "
-        f"({total['B'] / total['A']:.3f}x)"
-    )
+    if len(calls) > 1:
+        print(
+            f"{'cycle':20s} median A {total['A']:7.3f} ms  B {total['B']:7.3f} ms  "
+            f"({total['B'] / total['A']:.3f}x)"
+        )
     return 0
 
 

@@ -341,10 +341,18 @@ class Bench:
         SDK worker without prefetch does. Wall time and mariadbd CPU per turn and per task: at
         one key a turn, what a key's handoff costs the database on its own."""
         d = Database(self.dsn, pool_size=1)
+        costs = key_turn_costs(self.key_turn(d, keys, turns + 5), turns, keys)
+        d.close()
+        return costs
+
+    def key_turn(self, d: Database, keys: int, turns: int, procedure: str = "worker_report_claim"):
+        """A queue and a session of their own on ``d``'s connection, holding one running task
+        of each of ``keys`` keys with a backlog for ``turns`` turns; returns ``turn()``, which
+        makes one turn through ``procedure`` and returns how many tasks it claimed."""
         queue, sid = self.batch_queue(d, f"turns-{secrets.token_hex(3)}", keys)
         prefix = secrets.token_hex(4)
         names = (f"{prefix}-{n % keys}" for n in itertools.count())
-        backlog = keys * (turns + 6)
+        backlog = keys * (turns + 1)
         for done in range(0, backlog, 100):
             items = self.batch_items(queue, min(100, backlog - done), names)
             d.call("task_submit_many", self.ns, "bench", items)
@@ -354,13 +362,11 @@ class Bench:
         def turn() -> int:
             nonlocal held
             results = self.batch_results(held)
-            _, rows = d.call("worker_report_claim", self.ns, sid, results, keys, 1)[:2]
+            _, rows = d.call(procedure, self.ns, sid, results, keys, 1)[:2]
             held = [r["attempt_id"] for r in rows]
             return len(held)
 
-        costs = key_turn_costs(turn, turns, keys)
-        d.close()
-        return costs
+        return turn
 
     def batch_cycle(self, call, queue: int, sid: str, batch: int, result: str = "") -> list[str]:
         """One round of the batch cycle through ``call(procedure, *args)``: submit ``batch``
