@@ -56,7 +56,10 @@ def load(target: str) -> Worker:
 def _credentials(path: str | None) -> dict:
     if not path:
         return {}
-    document = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as exc:  # the file names the error: the message alone did not
+        raise ValueError(f"{path}: not an Orbit credentials file (not JSON: {exc})") from None
     if not isinstance(document, dict) or "token" not in document:
         raise ValueError(f"{path}: not an Orbit credentials file (no token)")
     return document

@@ -101,10 +101,16 @@ def test_orbit_worker_runs_a_module_s_handlers_and_drains_on_sigterm(
 
 def test_orbit_worker_says_what_is_missing(tmp_path):
     (tmp_path / "mytasks.py").write_text(MODULE)
+    (tmp_path / "creds.json").write_text("token: orb_x\n")
+    server = ["--url", "http://127.0.0.1:9"]
     for args, says in (
         (["mytasks"], "give MODULE:ATTRIBUTE"),
         (["mytasks:nothing"], "is not an orbit_shell.sdk.worker.Worker"),
         (["mytasks:worker"], "where is the server?"),
+        (
+            ["mytasks:worker", *server, "--credentials", "creds.json"],
+            "creds.json: not an Orbit credentials file (not JSON",
+        ),
     ):
         done = subprocess.run(
             [script("orbit-worker"), *args],
