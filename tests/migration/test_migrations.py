@@ -232,9 +232,7 @@ def test_helper_routines_never_control_transactions():
     word, not a part of one: a header may say what READ COMMITTED does.)"""
     for routine in schema.routines():
         if "Helper" in routine.body.split("CREATE", 1)[0]:
-            assert not re.search(r"\b(COMMIT|START TRANSACTION)\b", routine.body), (
-                routine.name
-            )
+            assert not re.search(r"\b(COMMIT|START TRANSACTION)\b", routine.body), routine.name
 
 
 def test_pymysql_reads_signal_errors_as_1644(orbit_dsn):
