@@ -47,17 +47,21 @@ TURN = "worker_report_claim"  # the one call of a key turn (--key-turns)
 
 def with_callers(variants: dict[str, Path]) -> dict[str, Path]:
     """A helper's variant (worker_claim_grant, attempt_result_apply, ...) reaches the cycle
-    through B copies of the calls that call it, each calling the helper's B."""
+    through B copies of the calls that call it, each calling the B of every helper given."""
+    helpers = [n for n in variants if n not in (*CALLS, TURN)]
     out = dict(variants)
-    for helper in [n for n in variants if n not in (*CALLS, TURN)]:
-        for call in (*CALLS, TURN):
-            text = (schema.PROCEDURES_DIR / f"{call}.sql").read_text()
-            if re.search(rf"\bCALL {helper}\(", text) and call not in out:
-                rewritten = Path(f"/tmp/ab-{call}-calls-{helper}_b.sql")
-                # Named as installed: versioned_body versions only the routines it knows.
-                b_name = schema.routine_name(f"{helper}_b")
-                rewritten.write_text(re.sub(rf"\bCALL {helper}\(", f"CALL {b_name}(", text))
-                out[call] = rewritten
+    for call in (*CALLS, TURN):
+        if call in variants:
+            continue  # its own variant is what B runs
+        text = original = (schema.PROCEDURES_DIR / f"{call}.sql").read_text()
+        for helper in helpers:
+            # Named as installed: versioned_body versions only the routines it knows.
+            b_name = schema.routine_name(f"{helper}_b")
+            text = re.sub(rf"\bCALL {helper}\(", f"CALL {b_name}(", text)
+        if text != original:
+            rewritten = Path(f"/tmp/ab-{call}-calls-b.sql")
+            rewritten.write_text(text)
+            out[call] = rewritten
     return out
 
 

@@ -148,7 +148,7 @@ BEGIN
 
   IF v_fast > 0 THEN
     -- What the group holds decides which steps below it needs: a batch of successes without
-    -- keys skips the retry statement and the keys' four, one without limits the counters.
+    -- keys skips the retry statement and the keys' three, one without limits the counters.
     SELECT GROUP_CONCAT(seq), COALESCE(GROUP_CONCAT(IF(texts = 1, seq, NULL)), ''),
            SUM(state = 'RETRY'), SUM(texts), SUM(resource_id > 0), MIN(queue_id), MAX(queue_id),
            BIT_OR(limits)
@@ -237,14 +237,13 @@ BEGIN
                 ORDER BY t.priority, t.id LIMIT 1), 0)
         FROM result_items_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
        WHERE f.resource_id > 0;
-      UPDATE result_next_mem n STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = n.next_task
-         SET t.lane = 'READY', t.updated_at = v_now
-       WHERE n.next_task > 0 AND t.lane = 'BLOCKED';
-      -- A key with no task to promote has none waiting for it (key_promote_next's rule).
+      -- Each task found made READY and its key's candidate, in one statement; a key with no
+      -- task to promote has none waiting for it (key_promote_next's rule).
       UPDATE result_next_mem n
         STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = n.resource_id
-        LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = n.next_task AND t.lane = 'READY'
-         SET r.candidate_task_id = COALESCE(t.id, r.candidate_task_id),
+        LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = n.next_task AND t.lane = 'BLOCKED'
+         SET t.lane = 'READY', t.updated_at = v_now,
+             r.candidate_task_id = COALESCE(t.id, r.candidate_task_id),
              r.waiting_since = IF(n.next_task = 0, NULL, r.waiting_since)
        WHERE t.id IS NOT NULL OR n.next_task = 0;
     END IF;
