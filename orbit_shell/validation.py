@@ -39,6 +39,11 @@ _JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 # The deepest result or error a worker may report: a batch carries it three levels down
 # ({"results": [{"result": ...}]}).
 MAX_RESULT_DEPTH = MAX_JSON_DEPTH - 3
+# L2: a request body, at most (413 beyond). A result's JSON may be what a report of it alone
+# carries beside its item's other fields; an error's message is cut to MAX_ERROR_CHARS.
+MAX_BODY_BYTES = 1024 * 1024
+MAX_RESULT_BYTES = MAX_BODY_BYTES - 8 * 1024
+MAX_ERROR_CHARS = 8 * 1024
 
 
 def nests_deeper(raw: bytes, limit: int) -> bool:

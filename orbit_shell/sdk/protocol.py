@@ -134,13 +134,35 @@ def outcome_of(handler: Callable[[TaskEvent], Any] | None, event: TaskEvent) -> 
             ) from None
         if validation.nests_deeper(text.encode(), validation.MAX_RESULT_DEPTH):
             raise ValueError(f"result nests deeper than {validation.MAX_RESULT_DEPTH} levels")
+        if len(text) > validation.MAX_RESULT_BYTES:  # ASCII: json.dumps escapes the rest
+            raise ValueError(
+                f"result is {len(text)} bytes of JSON; a report carries at most "
+                f"{validation.MAX_RESULT_BYTES}"
+            )
         return "succeeded", False, result, None
     except Retry as exc:
-        return "failed", True, None, {"type": "Retry", "message": str(exc)}
+        return "failed", True, None, _error("Retry", exc)
     except UnknownOutcome as exc:
-        return "unknown", False, None, {"type": "UnknownOutcome", "message": str(exc)}
+        return "unknown", False, None, _error("UnknownOutcome", exc)
     except Exception as exc:  # noqa: BLE001 - a handler's failure is the task's result
         log.exception(
             "handler failed", extra={"action": "worker.handler", "attempt_id": event.attempt_id}
         )
-        return "failed", False, None, {"type": type(exc).__name__, "message": str(exc)}
+        return "failed", False, None, _error(type(exc).__name__, exc)
+
+
+def _error(kind: str, exc: BaseException) -> dict[str, str]:
+    """The error a report carries: the exception's message, cut to MAX_ERROR_CHARS (one as
+    long as a result would refuse its report, and every other outcome in it, L2)."""
+    message = str(exc)
+    if len(message) > validation.MAX_ERROR_CHARS:
+        message = f"{message[: validation.MAX_ERROR_CHARS]} [cut from {len(message)} characters]"
+    return {"type": kind, "message": message}
+
+
+def report_bytes(result: Any, error: Any) -> int:
+    """About how many bytes an outcome adds to a report's body: its result and error as JSON,
+    and the item's other fields (an attempt id, the outcome)."""
+    if result is None and error is None:
+        return 160
+    return 160 + len(json.dumps(result)) + len(json.dumps(error))

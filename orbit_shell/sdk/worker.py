@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from orbit_shell import validation
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import (
     ApiError,
@@ -54,6 +55,7 @@ from orbit_shell.sdk.protocol import (
     TaskEvent,
     UnknownOutcome,
     outcome_of,
+    report_bytes,
 )
 from orbit_shell.sdk.transport import Hello, HttpTransport, Transport
 from orbit_shell.validation import BATCH_MAX
@@ -65,6 +67,8 @@ __all__ = ["Retry", "TaskEvent", "UnknownOutcome", "Worker"]
 log = logging.getLogger("orbit.worker")
 
 SESSION_CAPACITY_MAX = 1000  # what POST /v1/workers/hello accepts
+# A report's body besides its outcomes: the session id, the claim's size and flag.
+REPORT_ENVELOPE_BYTES = 4096
 
 
 Handler = Callable[[TaskEvent], Any]
@@ -421,7 +425,7 @@ class Worker:
             self._handler_done()
             self._release_slot(event)
             raise
-        self._reports.put((event, outcome, retryable, result, error))
+        self._reports.put((event, outcome, retryable, result, error, report_bytes(result, error)))
         self._handler_done()
 
     def _release_slot(self, event: TaskEvent) -> None:
@@ -431,13 +435,17 @@ class Worker:
 
     def _report_loop(self) -> None:
         """Send the handlers' outcomes in order: each report carries what finished within
-        ``report_linger`` of the first one (up to 100), or goes as soon as it holds every
-        attempt in flight (a slot is freed only after its report, so those are all there is)."""
+        ``report_linger`` of the first one (up to 100, and no more than a request body holds),
+        or goes as soon as it holds every attempt in flight (a slot is freed only after its
+        report, so those are all there is). An outcome that would take a report over the body's
+        bound starts the next one instead: the server refuses such a report whole (413)."""
+        carried = None
         while True:
-            first = self._reports.get()
+            first = carried if carried is not None else self._reports.get()
+            carried = None
             if first is None:
                 return
-            batch = [first]
+            batch, size = [first], REPORT_ENVELOPE_BYTES + first[-1]
             linger = time.monotonic() + self.report_linger
             while len(batch) < BATCH_MAX and len(batch) < self._started_unreported():
                 try:
@@ -447,7 +455,11 @@ class Worker:
                 if item is None:
                     self._reports.put(None)  # finish this batch, then stop
                     break
+                if size + item[-1] > validation.MAX_BODY_BYTES:
+                    carried = item
+                    break
                 batch.append(item)
+                size += item[-1]
             self._report(batch)
 
     def _report(self, batch: list[tuple]) -> None:
@@ -459,7 +471,7 @@ class Worker:
                 "result": result,
                 "error": error,
             }
-            for event, outcome, retryable, result, error in batch
+            for event, outcome, retryable, result, error, _ in batch
         ]
         events = [event for event, *_ in batch]
         answers: list[Any] = [None] * len(batch)

@@ -7,6 +7,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from orbit_shell import validation
+
 
 @dataclass(frozen=True)
 class Config:
@@ -38,7 +40,7 @@ class Config:
 
     dsn: str
     http_addr: str = "127.0.0.1:8080"
-    max_body_bytes: int = 1024 * 1024
+    max_body_bytes: int = validation.MAX_BODY_BYTES
     db_pool_size: int = 16
     sweep_interval: float = 1.0
     schedule_interval: float = 1.0

@@ -431,6 +431,35 @@ def test_a_proxys_gateway_error_page_is_retried_like_a_lost_answer(
     assert sorted(runs) == sorted(ids)  # each ran once
 
 
+def test_l2_large_results_never_cost_another_task_its_report(make_worker, api):
+    """L2: a request body is at most 1 MiB. A result too large for any report fails its own
+    task, named; results that fit one by one but not together go in several reports. Sent as
+    they came, one report over the bound was refused whole (413), and with it every outcome
+    it carried: those tasks ended UNKNOWN at their lease's end."""
+    q = api.create_queue("large-results", lease_seconds=30).queue_id
+    worker = make_worker([q], capacity=8, report_linger=0.5)
+    worker.register("too-big", "v1", lambda event: "x" * (1024 * 1024))
+    worker.register("large", "v1", lambda event: "y" * (300 * 1024))
+    worker.register("small", "v1", lambda event: {"ok": True})
+    worker.register("loud", "v1", lambda event: (_ for _ in ()).throw(RuntimeError("z" * 200_000)))
+    handlers = ["too-big", "loud", *["large"] * 4, *["small"] * 2]
+    ids = {_submit(api, q, handler=h): h for h in handlers}
+    worker.start()
+    assert _wait(api, list(ids), timeout=20) == {
+        t: "FAILED" if h in ("too-big", "loud") else "SUCCEEDED" for t, h in ids.items()
+    }
+    for task_id, handler in ids.items():
+        task = api.get_task(task_id)
+        if handler == "too-big":
+            assert task.error["type"] == "ValueError"
+            assert "a report carries at most" in task.error["message"], task.error
+        elif handler == "loud":  # the message kept, cut to what a report carries
+            assert task.error["type"] == "RuntimeError"
+            assert task.error["message"].startswith("zzz") and len(task.error["message"]) < 20_000
+        elif handler == "large":
+            assert task.result == "y" * (300 * 1024)
+
+
 def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
     """A report claims only when every slot is held: with room left the claim loop claims on
     its own, and a second claimer would split what arrives into more, smaller claims."""

@@ -6,7 +6,7 @@ import pytest
 
 from orbit_shell import validation
 from orbit_shell.sdk.models import ProtocolError, parse_token
-from orbit_shell.sdk.protocol import ProtocolGuard, outcome_of
+from orbit_shell.sdk.protocol import ProtocolGuard, Retry, outcome_of, report_bytes
 
 
 def assign(attempt="a" * 32, key="object/42", token="17"):
@@ -83,3 +83,29 @@ def test_l2_a_result_the_server_would_refuse_is_a_final_failure_not_a_report():
     outcome, _, _, error = outcome_of(lambda e: deep, event)
     assert outcome == "failed" and "nests deeper" in error["message"]
     assert outcome_of(lambda e: {"ratio": 0.5}, event) == ("succeeded", False, {"ratio": 0.5}, None)
+
+
+def test_l2_a_result_or_error_too_large_for_a_report_never_reaches_one():
+    """A result larger than a report carries fails its own task, saying so; an error message
+    is cut to what a report carries, saying how long it was; the largest result that fits is
+    reported as it is."""
+    event = ProtocolGuard(concurrency_keys=True).check(assign())
+    fits = "x" * (validation.MAX_RESULT_BYTES - 2)  # and its two quotes
+    assert outcome_of(lambda e: fits, event) == ("succeeded", False, fits, None)
+    outcome, _, result, error = outcome_of(lambda e: fits + "x", event)
+    assert (outcome, result, error["type"]) == ("failed", None, "ValueError")
+    assert error["message"] == (
+        f"result is {validation.MAX_RESULT_BYTES + 1} bytes of JSON; "
+        f"a report carries at most {validation.MAX_RESULT_BYTES}"
+    )
+
+    def loud(e):
+        raise Retry("r" * (validation.MAX_ERROR_CHARS + 5))
+
+    outcome, retryable, _, error = outcome_of(loud, event)
+    assert (outcome, retryable, error["type"]) == ("failed", True, "Retry")
+    assert error["message"] == (
+        "r" * validation.MAX_ERROR_CHARS
+        + f" [cut from {validation.MAX_ERROR_CHARS + 5} characters]"
+    )
+    assert report_bytes(None, None) < report_bytes(fits, None) < validation.MAX_BODY_BYTES
