@@ -41,7 +41,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from orbit_shell import validation
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import (
     ApiError,
@@ -58,7 +57,7 @@ from orbit_shell.sdk.protocol import (
     report_bytes,
 )
 from orbit_shell.sdk.transport import Hello, HttpTransport, Transport
-from orbit_shell.validation import BATCH_MAX
+from orbit_shell.validation import BATCH_MAX, MAX_BODY_BYTES
 
 # What a worker's module imports from here; Retry, UnknownOutcome and TaskEvent live in
 # protocol.py with the rest of what handlers receive and raise.
@@ -455,7 +454,7 @@ class Worker:
                 if item is None:
                     self._reports.put(None)  # finish this batch, then stop
                     break
-                if size + item[-1] > validation.MAX_BODY_BYTES:
+                if size + item[-1] > MAX_BODY_BYTES:
                     carried = item
                     break
                 batch.append(item)
