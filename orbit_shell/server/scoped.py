@@ -26,6 +26,14 @@ TASK_COLUMNS = (
     "t.updated_at, t.finished_at, t.result, t.error, t.schedule_version, t.fire_time, "
     "s.public_id AS schedule_public_id"
 )
+# A list page's columns: what a summary shows (serialize.task_summary, the dashboard's lists),
+# without the payload, result and error a page of them would read and drop (L1: a page of 200
+# tasks of 1 MiB each was 200 MiB through one server worker).
+TASK_LIST_COLUMNS = (
+    "t.id, t.public_id, q.public_id AS queue_public_id, t.queue_id, t.state, t.handler, "
+    "t.handler_version, t.business_key, t.concurrency_key, t.priority, t.created_at, "
+    "t.updated_at, t.schedule_version, t.fire_time, s.public_id AS schedule_public_id"
+)
 TASK_JOINS = "JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"
 TASK_FROM = f"FROM tasks t {TASK_JOINS}"
 ATTEMPT_COLUMNS = (
@@ -211,7 +219,8 @@ class Scope:
         return row
 
     def tasks(self, filters: dict[str, Any], after: int, limit: int) -> list[dict[str, Any]]:
-        """A page of tasks in id order after ``after``; filters are exact matches.
+        """A page of tasks in id order after ``after``, as summaries (``TASK_LIST_COLUMNS``);
+        filters are exact matches.
 
         Read through an index (namespace_id, [filter column,] id) of a given filter, never
         along the primary key: that reads every other namespace's tasks past the cursor.
@@ -234,7 +243,7 @@ class Scope:
         extra, extra_args = self._queue_filter("t.queue_id")
         hint = f"FORCE INDEX ({', '.join(indexes or ['ix_tasks_ns'])})"
         return self.db.query(
-            f"SELECT {TASK_COLUMNS} FROM tasks t {hint} {TASK_JOINS} "
+            f"SELECT {TASK_LIST_COLUMNS} FROM tasks t {hint} {TASK_JOINS} "
             f"WHERE {' AND '.join(where)}{extra} ORDER BY t.id LIMIT %s",
             [*args, *extra_args, limit],
         )

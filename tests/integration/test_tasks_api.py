@@ -395,6 +395,37 @@ def test_a_list_page_reads_its_namespace_not_the_tasks_of_others(database, tenan
     assert reads_last < 100 and reads_keyed < 100, (reads_last, reads_keyed)
 
 
+def test_l1_a_list_page_reads_no_payload(client, tenant, database):
+    """L1: a page answers summaries, so it reads none of its tasks' payloads, results or
+    errors from the database. It read them all and dropped them: 200 tasks of 1 MiB were
+    200 MiB through one server worker while the tenants it served waited."""
+    [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
+    big = json.dumps({"blob": "x" * 200_000})
+    items = [submit_item(queue["id"], payload=big) for _ in range(5)]
+    database.call("task_submit_many", tenant.namespace_id, "test", json.dumps(items))
+    principal = Principal(
+        0, tenant.application_id, 0, tenant.namespace_id, frozenset(), True, frozenset()
+    )
+    single = Database(database.dsn, pool_size=1)  # one connection: its bytes sent
+
+    def sent() -> int:
+        [row] = single.query("SHOW SESSION STATUS LIKE 'Bytes_sent'")
+        return int(row["Value"])
+
+    try:
+        before = sent()
+        rows = Scope(single, principal).tasks({"queue_id": queue["id"]}, 0, 10)
+        page_bytes = sent() - before
+    finally:
+        single.close()
+    assert len(rows) == 5
+    assert page_bytes < 20_000, page_bytes  # 1 MB with the payloads
+    listed = client.simulate_get(
+        "/v1/tasks", params={"queue_id": tenant.queue_id}, headers=tenant.headers
+    ).json["data"]["tasks"]
+    assert len(listed) == 5 and all("payload" not in t for t in listed)
+
+
 def test_attempts_carry_the_token_as_a_string_only_when_keyed(client, tenant):
     keyed = submit(client, tenant, None, 201, concurrency_key="obj/1").json["data"]["task_id"]
     plain = submit(client, tenant, None, 201).json["data"]["task_id"]
