@@ -27,6 +27,7 @@ from orbit_shell.engine.db import Database
 from orbit_shell.engine.db import connect as db_connect
 from orbit_shell.server.app import create_app
 from orbit_shell.server.config import Config
+from tests.engine import Engine
 
 EXTERNAL_DSN = os.environ.get("ORBIT_TEST_MYSQL_DSN")
 
@@ -185,6 +186,12 @@ def tenant(database: Database, tmp_path) -> Tenant:
 @pytest.fixture
 def tenant_factory(database: Database, tmp_path):
     return lambda **kw: make_tenant(database, tmp_path, **kw)
+
+
+@pytest.fixture
+def eng(database: Database, tenant: Tenant):
+    """The test tenant's procedures, called as the tests of the engine call them."""
+    return Engine(database, tenant)
 
 
 LAST_EPOCH = 2**24 - 1

@@ -19,11 +19,6 @@ from tests.engine import Engine, call_reads, submit_item
 U64_MAX = 18446744073709551615
 
 
-@pytest.fixture
-def eng(database, tenant) -> Engine:
-    return Engine(database, tenant)
-
-
 def test_seed_scenario_one_permit_across_two_queues_and_a_growing_token(eng):
     q1, _ = eng.queue_create()
     q2, _ = eng.queue_create()

@@ -12,14 +12,9 @@ import pytest
 
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
-from tests.engine import Engine, queue_counts, sweep
+from tests.engine import queue_counts, sweep
 
 U64_MAX = 18446744073709551615
-
-
-@pytest.fixture
-def eng(database, tenant) -> Engine:
-    return Engine(database, tenant)
 
 
 def test_stale_start_and_result_after_recovery_are_lease_lost(eng):

@@ -3,16 +3,7 @@ procedures on a real MariaDB."""
 
 from __future__ import annotations
 
-import pytest
-
-from tests.engine import Engine
-
 U64_MAX = 18446744073709551615
-
-
-@pytest.fixture
-def eng(database, tenant) -> Engine:
-    return Engine(database, tenant)
 
 
 def _quota(orbit_dsn, monkeypatch, application: str, active: int) -> None:

@@ -13,11 +13,6 @@ EPOCH = 2**40
 
 
 @pytest.fixture
-def eng(database, tenant) -> Engine:
-    return Engine(database, tenant)
-
-
-@pytest.fixture
 def epoch(database):
     """Set the database's token epoch for a test; epoch 0 again afterwards."""
     yield lambda n: set_epoch(database, n)
