@@ -100,6 +100,7 @@ class Bench:
             int(keys),
             json.dumps([queue_public or self.queue_public]),
             "0" * 64,
+            None,
         )
         return session["session_id"]
 

@@ -205,13 +205,24 @@ class Enum(Check):
         return {"type": "string", "enum": list(self.values)}
 
 
+@dataclass
 class Hex32(Check):
-    schema = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+    nullable: bool = False
 
-    def __call__(self, name: str, value: Any) -> str:
+    def __call__(self, name: str, value: Any) -> str | None:
+        if value is None and self.nullable:
+            return None
         if not isinstance(value, str) or not HEX32.match(value):
-            raise field_error(name, "must be 32 lowercase hexadecimal characters")
+            wanted = "32 lowercase hexadecimal characters" + (" or null" if self.nullable else "")
+            raise field_error(name, "must be " + wanted)
         return value
+
+    @property
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+        out: dict[str, Any] = {"type": "string", "pattern": "^[0-9a-f]{32}$"}
+        if self.nullable:
+            out["nullable"] = True
+        return out
 
 
 class AnyJson(Check):
@@ -423,6 +434,8 @@ WORKER_HELLO = Shape(
         "capacity": Field(Integer(1, 1000), required=True),
         # Workers that predate keyed concurrency do not send the flag: they are unkeyed (K11).
         "concurrency_keys": Field(Boolean(), default=False),
+        # The next page of the in-flight attempts: what the previous hello answered (L1).
+        "in_flight_after": Field(Hex32(nullable=True), default=None),
     }
 )
 WORKER_CLAIM = Shape(

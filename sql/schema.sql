@@ -240,6 +240,7 @@ CREATE TABLE `tasks` (
   `created_at` datetime(6) NOT NULL COMMENT 'Acceptance time, UTC',
   `updated_at` datetime(6) NOT NULL COMMENT 'Last state change, UTC',
   `finished_at` datetime(6) DEFAULT NULL COMMENT 'When the task reached a final state',
+  `payload_bytes` int(10) unsigned DEFAULT NULL COMMENT 'Bytes of the payload text, written at submission; NULL: submitted before this column, measured with LENGTH(payload)',
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_tasks_public_id` (`public_id`),
   KEY `ix_tasks_claim` (`queue_id`,`lane`,`priority`,`id`),

@@ -179,6 +179,7 @@ class Engine:
             int(keys),
             json.dumps(queues or [self.queue]),
             "0" * 64,
+            None,
         )
         return session[0]["session_id"], in_flight
 

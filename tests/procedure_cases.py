@@ -214,7 +214,7 @@ def cases(eng, s):
         "worker_hello": (
             APP,
             ("SELECT id FROM worker_sessions WHERE worker_id = %s FOR UPDATE", "worker"),
-            (ns, eng.t.application_id, s["worker"], 8, 1, f'["{eng.queue}"]', "0" * 64),
+            (ns, eng.t.application_id, s["worker"], 8, 1, f'["{eng.queue}"]', "0" * 64, None),
         ),
         "attempt_result": (
             attempt("running"),

@@ -21,7 +21,7 @@ from orbit_shell.sdk.models import batch_results, local_error
 # The worker procedures' signatures and answers this SDK calls (worker_namespace answers the
 # database's number). Raised with any change a direct worker of the previous number would break
 # on: without the check such a worker ran until its first start, which failed as INTERNAL.
-WORKER_PROTOCOL = 2
+WORKER_PROTOCOL = 3
 
 
 @dataclass(frozen=True)
@@ -29,11 +29,18 @@ class Hello:
     session_id: str
     lease_seconds: int
     in_flight: list[dict[str, Any]]
+    # Set when in_flight is one page of more: a hello again with it answers the next (L1).
+    in_flight_after: str | None = None
 
 
 class Transport(Protocol):
     def hello(
-        self, worker_id: str, queue_ids: list[str], capacity: int, concurrency_keys: bool
+        self,
+        worker_id: str,
+        queue_ids: list[str],
+        capacity: int,
+        concurrency_keys: bool,
+        in_flight_after: str | None = None,
     ) -> Hello: ...
     # With ``start`` every attempt claimed is started in the claim's transaction (RUNNING):
     # for a caller that runs each at once.
@@ -72,19 +79,22 @@ class HttpTransport:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
-        data = self.client.request(
-            "POST",
-            "/v1/workers/hello",
-            {
-                "worker_id": worker_id,
-                "queue_ids": queue_ids,
-                "capacity": capacity,
-                "concurrency_keys": concurrency_keys,
-            },
-            safe=True,
-        )[1]
-        return Hello(data["session_id"], data["lease_seconds"], data["in_flight"])
+    def hello(self, worker_id, queue_ids, capacity, concurrency_keys, in_flight_after=None):
+        body = {
+            "worker_id": worker_id,
+            "queue_ids": queue_ids,
+            "capacity": capacity,
+            "concurrency_keys": concurrency_keys,
+        }
+        if in_flight_after is not None:
+            body["in_flight_after"] = in_flight_after
+        data = self.client.request("POST", "/v1/workers/hello", body, safe=True)[1]
+        return Hello(
+            data["session_id"],
+            data["lease_seconds"],
+            data["in_flight"],
+            data.get("in_flight_after"),  # absent from a server that answers all at once
+        )
 
     def claim(self, session_id, max, wait_ms, start=False):
         data = self.client.request(
@@ -187,7 +197,7 @@ class MysqlTransport:
         except errors.OrbitError as exc:
             raise local_error(exc) from exc
 
-    def hello(self, worker_id, queue_ids, capacity, concurrency_keys) -> Hello:
+    def hello(self, worker_id, queue_ids, capacity, concurrency_keys, in_flight_after=None):
         self._check(
             validation.WORKER_HELLO,
             {
@@ -195,6 +205,7 @@ class MysqlTransport:
                 "queue_ids": list(queue_ids),
                 "capacity": capacity,
                 "concurrency_keys": concurrency_keys,
+                "in_flight_after": in_flight_after,
             },
         )
         queues = sorted(set(queue_ids))
@@ -207,9 +218,15 @@ class MysqlTransport:
             int(concurrency_keys),
             json.dumps(queues),
             validation.fingerprint({"queues": queues, "capacity": capacity}),
+            in_flight_after,
         )
         row = session[0]
-        return Hello(row["session_id"], row["lease_seconds"], serialize.assignments(in_flight))
+        return Hello(
+            row["session_id"],
+            row["lease_seconds"],
+            serialize.assignments(in_flight),
+            row["in_flight_after"],
+        )
 
     def claim(self, session_id, max, wait_ms, start=False):
         body = self._check(

@@ -29,6 +29,7 @@ raise :class:`UnknownOutcome` (``unknown`` -> NEEDS_REVIEW), or raise anything e
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 import queue
@@ -236,10 +237,22 @@ class Worker:
 
     # Internals ------------------------------------------------------------------------------
     def _say_hello(self) -> Hello:
-        """Register, or resume: the same identity gets its session and what it holds back."""
-        return self.transport.hello(
-            self.worker_id, self.queue_ids, self.capacity + self.prefetch, self.concurrency_keys
-        )
+        """Register, or resume: the same identity gets its session and what it holds back,
+        a page at a time (each page's payloads within a request body's bound, L1)."""
+        pages: list[dict[str, Any]] = []
+        after = None
+        while True:
+            hello = self.transport.hello(
+                self.worker_id,
+                self.queue_ids,
+                self.capacity + self.prefetch,
+                self.concurrency_keys,
+                after,
+            )
+            pages.extend(hello.in_flight)
+            after = hello.in_flight_after
+            if after is None:
+                return dataclasses.replace(hello, in_flight=pages)
 
     def _hello(self) -> bool:
         backoff = 0.1

@@ -173,7 +173,13 @@ ROUTES: list[Route] = [
         "/v1/workers/hello",
         "workers",
         "hello",
-        {"post": Op("Register or resume a worker session", "workers:connect", v.WORKER_HELLO)},
+        {
+            "post": Op(
+                "Register or resume a worker session; its in-flight attempts a page at a time",
+                "workers:connect",
+                v.WORKER_HELLO,
+            )
+        },
     ),
     Route(
         "/v1/workers/{session_id}/claim",

@@ -1,12 +1,14 @@
 -- session_assignments: the task.assign rows of a session's in-flight attempts with
--- attempts.id >= p_min_attempt_id (0 = all; claim passes its first new attempt id).
+-- p_min_attempt_id <= attempts.id <= p_max_attempt_id (a claim passes its first new attempt id
+-- and the greatest id; hello one page of them).
 -- Read-only helper; result set columns are what the shell turns into task.assign (W2, W7),
 -- and no more: each column costs every claim's client a descriptor and a field to parse.
 -- Index: ix_attempts_session (session_id, state), then each row's task and queue by primary
 -- key: the join order and indexes are fixed (sql/README.md, "Plans that do not depend on
 -- statistics"), or a stale row estimate for attempts makes the optimizer start from tasks.
 CREATE PROCEDURE session_assignments(IN p_session_id BIGINT UNSIGNED,
-                                     IN p_min_attempt_id BIGINT UNSIGNED)
+                                     IN p_min_attempt_id BIGINT UNSIGNED,
+                                     IN p_max_attempt_id BIGINT UNSIGNED)
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
   SELECT a.public_id AS attempt_id, a.attempt_number, a.concurrency_token, a.lease_expires_at,
@@ -17,6 +19,6 @@ BEGIN
     STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id
     STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = t.queue_id
    WHERE a.session_id = p_session_id AND a.state IN ('LEASED', 'RUNNING')
-     AND a.id >= p_min_attempt_id
+     AND a.id BETWEEN p_min_attempt_id AND p_max_attempt_id
    ORDER BY a.id;
 END

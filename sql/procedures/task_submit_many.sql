@@ -165,11 +165,12 @@ BEGIN
        WHERE f.lane = 'BLOCKED' AND r.waiting_since IS NULL;
     END IF;
     INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, idempotency_key,
-                       handler, handler_version, payload_version, payload, business_key,
-                       concurrency_key, priority, state, lane, max_attempts, available_at,
-                       deadline_at, created_at, updated_at)
+                       handler, handler_version, payload_version, payload, payload_bytes,
+                       business_key, concurrency_key, priority, state, lane, max_attempts,
+                       available_at, deadline_at, created_at, updated_at)
     SELECT f.public_id, p_namespace_id, q.application_id, q.id, j.idempotency_key, j.handler,
-           j.handler_version, j.payload_version, j.payload, COALESCE(j.business_key, ''),
+           j.handler_version, j.payload_version, j.payload, LENGTH(j.payload),
+           COALESCE(j.business_key, ''),
            f.concurrency_key, j.priority, 'WAITING', f.lane, COALESCE(NULLIF(j.max_attempts, 0), q.max_attempts),
            v_now, IF(COALESCE(j.deadline_seconds, 0) = 0, NULL,
                      v_now + INTERVAL j.deadline_seconds SECOND),

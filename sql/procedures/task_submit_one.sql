@@ -87,12 +87,12 @@ BEGIN
     END IF;
 
     INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, idempotency_key,
-                       handler, handler_version, payload_version, payload, business_key,
-                       concurrency_key, priority, state, lane, max_attempts, available_at,
-                       deadline_at, schedule_id, schedule_version, fire_time, created_at,
-                       updated_at)
+                       handler, handler_version, payload_version, payload, payload_bytes,
+                       business_key, concurrency_key, priority, state, lane, max_attempts,
+                       available_at, deadline_at, schedule_id, schedule_version, fire_time,
+                       created_at, updated_at)
     VALUES (new_public_id(), p_namespace_id, v_app, p_queue_id, p_idempotency_key,
-            p_handler, p_handler_version, p_payload_version, p_payload,
+            p_handler, p_handler_version, p_payload_version, p_payload, LENGTH(p_payload),
             COALESCE(p_business_key, ''), COALESCE(p_concurrency_key, ''), p_priority,
             'WAITING', v_lane, COALESCE(p_max_attempts, v_q_attempts), v_now,
             IF(p_deadline_seconds IS NULL, NULL, v_now + INTERVAL p_deadline_seconds SECOND),

@@ -40,5 +40,5 @@ BEGIN
   CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max, v_limits,
                           0, p_start, v_first_attempt);
   COMMIT;
-  CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615));
+  CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615), 18446744073709551615);
 END

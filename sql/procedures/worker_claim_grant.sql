@@ -33,6 +33,10 @@
 -- seconds, with nothing in flight. A burst is split with the nodes that are idle instead of
 -- going whole to the first poller; nodes that are already working do not shrink the share.
 --
+-- Payload budget (L1): the grants' payloads together stay within 1 MiB, the request body's
+-- bound; the first grant is made whatever its size. A claim of 100 tasks of 1 MiB each
+-- answered 100 MiB, built by one server worker while every other request it served waited.
+--
 -- Recovery (expired leases, due backoff) runs before this transaction (session_recover).
 CREATE PROCEDURE worker_claim_grant(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
                                     IN p_app_id BIGINT UNSIGNED,
@@ -78,6 +82,12 @@ BEGIN
   DECLARE v_locked INT DEFAULT 0;
   DECLARE v_key_list MEDIUMTEXT;
   DECLARE v_queue_ids MEDIUMTEXT;
+  DECLARE v_bytes BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_fit INT DEFAULT 0;
+  -- The payload bytes one claim's grants may carry together (the first is granted whatever
+  -- its size): the request body's bound (validation.MAX_BODY_BYTES), so that no answer
+  -- carries more than a request may.
+  DECLARE c_payload_budget INT UNSIGNED DEFAULT 1048576;
 
   SET v_session = p_session_id, v_app = p_app_id;
   SET v_actor = CONCAT('session:', p_session_public_id);
@@ -131,21 +141,23 @@ BEGIN
       -- A session without concurrency_keys reads the unkeyed rows' own range: through
       -- ix_tasks_claim it would read every READY keyed row ahead of them (migration 000007).
       IF v_keys = 1 THEN
-        INSERT INTO claim_candidates_mem (task_id, priority, take, queue_id, keyed, late,
-                                          attempt_number, expires_at)
+        INSERT INTO claim_picks_mem (task_id, priority, take, queue_id, keyed, late,
+                                     attempt_number, expires_at, payload_bytes)
         SELECT id, priority, 1, queue_id, concurrency_key <> '', COALESCE(deadline_at <= v_now, 0),
                attempts_used + 1, LEAST(COALESCE(deadline_at, v_now + INTERVAL v_lease SECOND),
-                                        v_now + INTERVAL v_lease SECOND)
+                                        v_now + INTERVAL v_lease SECOND),
+               COALESCE(payload_bytes, LENGTH(payload))
           FROM tasks FORCE INDEX (ix_tasks_claim)
          WHERE queue_id = v_queue AND lane = 'READY'
          ORDER BY priority, id LIMIT v_want
            FOR UPDATE SKIP LOCKED;
       ELSE
-        INSERT INTO claim_candidates_mem (task_id, priority, take, queue_id, keyed, late,
-                                          attempt_number, expires_at)
+        INSERT INTO claim_picks_mem (task_id, priority, take, queue_id, keyed, late,
+                                     attempt_number, expires_at, payload_bytes)
         SELECT id, priority, 1, queue_id, 0, COALESCE(deadline_at <= v_now, 0),
                attempts_used + 1, LEAST(COALESCE(deadline_at, v_now + INTERVAL v_lease SECOND),
-                                        v_now + INTERVAL v_lease SECOND)
+                                        v_now + INTERVAL v_lease SECOND),
+               COALESCE(payload_bytes, LENGTH(payload))
           FROM tasks FORCE INDEX (ix_tasks_queue_lane_key)
          WHERE queue_id = v_queue AND lane = 'READY' AND concurrency_key = ''
          ORDER BY priority, id LIMIT v_want
@@ -169,18 +181,18 @@ BEGIN
     IF p_skip_keys THEN
       SELECT COALESCE(SUM(c.keyed), 0), COALESCE(SUM(c.keyed = 1 AND n.next_task IS NULL), 0)
         INTO v_keyed, v_unheld
-        FROM claim_candidates_mem c LEFT JOIN result_next_mem n ON n.next_task = c.task_id;
+        FROM claim_picks_mem c LEFT JOIN result_next_mem n ON n.next_task = c.task_id;
     ELSEIF v_found > 1 THEN
-      SELECT COALESCE(SUM(keyed), 0) INTO v_keyed FROM claim_candidates_mem;
+      SELECT COALESCE(SUM(keyed), 0) INTO v_keyed FROM claim_picks_mem;
       SET v_unheld = v_keyed;  -- a claim alone holds no key row before keys_lock
     END IF;
     IF v_unheld > 0 THEN
       SELECT JSON_ARRAYAGG(t.concurrency_key) INTO v_key_list
-        FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+        FROM claim_picks_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.keyed = 1;
       CALL keys_lock(p_namespace_id, v_key_list, p_skip_keys);
       IF p_skip_keys THEN
-        DELETE c FROM claim_candidates_mem c
+        DELETE c FROM claim_picks_mem c
           STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
           LEFT JOIN locked_keys_mem k ON k.concurrency_key = t.concurrency_key
          WHERE c.keyed = 1 AND k.concurrency_key IS NULL;
@@ -210,6 +222,31 @@ BEGIN
     -- grants is exact.
     SET v_take = LEAST(v_cap, IF(v_app_max IS NULL, v_cap,
                                  GREATEST(CAST(v_app_max AS SIGNED) - CAST(v_app_active AS SIGNED), 0)));
+    -- L1: the grants' payloads together stay within c_payload_budget, the first grant's
+    -- whatever its size: the answer carries them all, and one server worker builds it while
+    -- the other requests it serves wait. The leading candidates that fit, in grant order.
+    IF v_take > 1 THEN
+      SELECT SUM(payload_bytes) INTO v_bytes FROM claim_picks_mem;
+      IF v_bytes > c_payload_budget THEN
+        fit: BEGIN
+          DECLARE v_size INT UNSIGNED;
+          DECLARE v_end TINYINT DEFAULT 0;
+          DECLARE c_size CURSOR FOR SELECT payload_bytes FROM claim_picks_mem ORDER BY priority, task_id;
+          DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
+          SET v_bytes = 0, v_fit = 0;
+          OPEN c_size;
+          sizes: LOOP
+            FETCH c_size INTO v_size;
+            IF v_end = 1 OR v_fit >= v_take OR (v_fit > 0 AND v_bytes + v_size > c_payload_budget) THEN
+              LEAVE sizes;
+            END IF;
+            SET v_bytes = v_bytes + v_size, v_fit = v_fit + 1;
+          END LOOP;
+          CLOSE c_size;
+        END fit;
+        SET v_take = v_fit, v_cap = LEAST(v_cap, v_fit);
+      END IF;
+    END IF;
     IF v_take > 1 THEN
       -- Fast path: when each of the first v_take candidates would be granted by attempt_grant
       -- (still READY, deadline ahead, its queue has room for this claim's grants, its key free
@@ -220,15 +257,15 @@ BEGIN
       -- Every candidate was inserted taken; the last ones beyond v_take are put back.
       IF v_take < v_found THEN
         SET v_drop = v_found - v_take;
-        UPDATE claim_candidates_mem SET take = 0 ORDER BY priority DESC, task_id DESC LIMIT v_drop;
+        UPDATE claim_picks_mem SET take = 0 ORDER BY priority DESC, task_id DESC LIMIT v_drop;
       END IF;
-      SELECT SUM(keyed), SUM(late) INTO v_keyed, v_bad FROM claim_candidates_mem WHERE take = 1;
+      SELECT SUM(keyed), SUM(late) INTO v_keyed, v_bad FROM claim_picks_mem WHERE take = 1;
       IF v_keyed > 0 THEN
         -- The key rows are locked above (keys_lock), or by the caller's results, which
         -- promoted these candidates. STRAIGHT_JOIN: from the candidates to their rows, never
         -- from a key to its (parked) tasks.
         CALL token_range(v_floor, v_ceiling);
-        UPDATE claim_candidates_mem c
+        UPDATE claim_picks_mem c
           STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
           STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
             ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
@@ -238,7 +275,7 @@ BEGIN
         -- A keyed grant needs its key free, this task its candidate, and token space left (a
         -- key row that is missing leaves resource_id and token 0).
         SELECT COUNT(*) INTO v_bad
-          FROM claim_candidates_mem c
+          FROM claim_picks_mem c
           LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
          WHERE c.take = 1
            AND (c.late = 1
@@ -247,7 +284,7 @@ BEGIN
       END IF;
       IF v_bad = 0 AND v_limited > 0 THEN
         SELECT COUNT(*) INTO v_bad
-          FROM (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem WHERE take = 1 GROUP BY queue_id) c
+          FROM (SELECT queue_id, COUNT(*) AS n FROM claim_picks_mem WHERE take = 1 GROUP BY queue_id) c
           JOIN queues q ON q.id = c.queue_id
          WHERE q.max_concurrency IS NOT NULL AND q.active_attempts + c.n > q.max_concurrency;
       END IF;
@@ -262,12 +299,12 @@ BEGIN
       SELECT new_public_id(), t.id, t.namespace_id, t.application_id, t.queue_id, v_session,
              c.attempt_number, c.token, IF(p_start, 'RUNNING', 'LEASED'), c.expires_at, v_now,
              IF(p_start, v_now, NULL)
-        FROM claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+        FROM claim_picks_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.take = 1 ORDER BY c.priority, c.task_id;
       -- The statement's first generated id is its least (an AUTO_INCREMENT only grows), in
       -- every innodb_autoinc_lock_mode: no read of the group for it.
       SET v_granted = ROW_COUNT(), v_first_attempt = LAST_INSERT_ID();
-      UPDATE claim_candidates_mem c
+      UPDATE claim_picks_mem c
         STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_number) ON a.task_id = c.task_id AND a.attempt_number = c.attempt_number
          SET c.attempt_id = a.id WHERE c.take = 1;
       -- A queue permit for each grant and a key permit for each keyed one, in one statement:
@@ -276,13 +313,13 @@ BEGIN
       INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
       SELECT c.attempt_id, k.kind, IF(k.kind = 'KEY', c.resource_id, c.queue_id),
              IF(k.kind = 'KEY', c.resource_id, NULL), c.expires_at, v_now
-        FROM claim_candidates_mem c
+        FROM claim_picks_mem c
         STRAIGHT_JOIN (SELECT 'QUEUE' AS kind UNION ALL SELECT 'KEY') k
        WHERE c.take = 1 AND (k.kind = 'QUEUE' OR c.resource_id > 0);
       IF v_keyed > 0 THEN
         -- The holder is written only where there is none: the write itself refuses a second
         -- holder, whatever the reads above concluded (sql/README.md, "Keyed concurrency").
-        UPDATE claim_candidates_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
+        UPDATE claim_picks_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
            SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,
                r.candidate_task_id = NULL, r.updated_at = v_now
          WHERE r.holder_attempt_id IS NULL;
@@ -290,7 +327,7 @@ BEGIN
           SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INTERNAL: a held key was about to be granted again';
         END IF;
       END IF;
-      UPDATE claim_candidates_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
+      UPDATE claim_picks_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
          SET t.state = IF(p_start, 'RUNNING', 'LEASED'), t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
       -- Queue permits are counted where a queue has max_concurrency (its row is locked above).
@@ -298,7 +335,7 @@ BEGIN
         UPDATE queues SET active_attempts = active_attempts + v_granted WHERE id = v_only_queue;
       ELSEIF v_limited > 0 THEN
         UPDATE queues q
-          JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_candidates_mem
+          JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_picks_mem
                  WHERE take = 1 AND FIND_IN_SET(queue_id, v_limited_ids) GROUP BY queue_id) c
             ON c.queue_id = q.id
            SET q.active_attempts = q.active_attempts + IF(q.max_concurrency IS NULL, 0, c.n);
@@ -307,7 +344,7 @@ BEGIN
                                 from_state, to_state, actor, details, created_at)
       SELECT c.task_id, p_namespace_id, c.attempt_id, NULLIF(c.token, 0), e.event, e.from_state,
              e.to_state, v_actor, NULL, v_now
-        FROM claim_candidates_mem c
+        FROM claim_picks_mem c
         STRAIGHT_JOIN (SELECT 1 AS n, 'CLAIMED' AS event, 'WAITING' AS from_state, 'LEASED' AS to_state
                        UNION ALL SELECT 2, 'STARTED', 'LEASED', 'RUNNING') e
        WHERE c.take = 1 AND (e.n = 1 OR p_start)
@@ -315,19 +352,23 @@ BEGIN
     ELSE
     grants: BEGIN
       DECLARE v_done TINYINT DEFAULT 0;
-      DECLARE c_grant CURSOR FOR SELECT task_id FROM claim_candidates_mem ORDER BY priority, task_id;
+      DECLARE v_size INT UNSIGNED;
+      DECLARE c_grant CURSOR FOR SELECT task_id, payload_bytes FROM claim_picks_mem ORDER BY priority, task_id;
       DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+      SET v_bytes = 0;
       OPEN c_grant;
       grant_loop: LOOP
         IF v_granted >= v_cap THEN LEAVE grant_loop; END IF;
         IF v_app_max IS NOT NULL AND v_app_active + v_granted >= v_app_max THEN LEAVE grant_loop; END IF;
         -- Reset before each fetch: a no-data condition inside attempt_grant must not end the loop.
         SET v_done = 0;
-        FETCH c_grant INTO v_next;
+        FETCH c_grant INTO v_next, v_size;
         IF v_done = 1 THEN LEAVE grant_loop; END IF;
+        -- The payload budget (L1, above) holds for the grants made here too.
+        IF v_granted > 0 AND v_bytes + v_size > c_payload_budget THEN LEAVE grant_loop; END IF;
         CALL attempt_grant(v_next, v_session, v_now, v_actor, p_limits, p_start, v_item);
         IF v_item IS NOT NULL THEN
-          SET v_granted = v_granted + 1;
+          SET v_granted = v_granted + 1, v_bytes = v_bytes + v_size;
           IF v_first_attempt IS NULL THEN SET v_first_attempt = v_item; END IF;
         END IF;
       END LOOP;

@@ -16,5 +16,5 @@ BEGIN
   DECLARE v_ns BIGINT UNSIGNED;
   CALL namespace_resolve(p_application, p_environment, p_namespace, v_app, v_env, v_ns);
   CALL worker_account_check(v_ns);  -- L4: another tenant's names are not found
-  SELECT v_app AS application_id, v_ns AS namespace_id, 2 AS worker_protocol;
+  SELECT v_app AS application_id, v_ns AS namespace_id, 3 AS worker_protocol;
 END

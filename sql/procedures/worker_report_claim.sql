@@ -70,5 +70,6 @@ BEGIN
   END IF;
   COMMIT;
   CALL attempt_result_answers(v_out);
-  CALL session_assignments(COALESCE(v_session, 0), COALESCE(v_first_attempt, 18446744073709551615));
+  CALL session_assignments(COALESCE(v_session, 0), COALESCE(v_first_attempt, 18446744073709551615),
+                           18446744073709551615);
 END

@@ -501,6 +501,45 @@ def test_unkeyed_sessions_never_receive_keyed_tasks(make_worker, api):
     assert seen == [None]
 
 
+def test_l1_a_worker_resumes_its_in_flight_attempts_a_page_at_a_time(make_worker, api, tenant):
+    """Hello answers a session's in-flight attempts in pages whose payloads stay within a
+    request body's bound (L1); a worker that says hello again to resume reads every page.
+    A cursor that is not one of the session's attempts is refused."""
+    queue = tenant.queue_id
+    blob = {"blob": "x" * 300_000}  # three to a page
+    for _ in range(5):
+        _submit_payload(api, queue, blob)
+    worker = make_worker([queue], capacity=10)
+    t = worker.transport
+    session = t.hello(worker.worker_id, [queue], 10, True).session_id
+    claimed = t.claim(session, 10, 0) + t.claim(session, 10, 0)  # 3, then 2: the budget
+    ids = [c["attempt_id"] for c in claimed]
+    assert len(ids) == 5
+    page = t.hello(worker.worker_id, [queue], 10, True)
+    assert [a["attempt_id"] for a in page.in_flight] == ids[:3]
+    assert page.in_flight_after == ids[2]
+    resumed = worker._say_hello()
+    assert [a["attempt_id"] for a in resumed.in_flight] == ids
+    assert resumed.in_flight_after is None and resumed.session_id == session
+    with pytest.raises(NotFoundError):
+        t.hello(worker.worker_id, [queue], 10, True, "0" * 32)
+    with pytest.raises(InvalidArgumentError):
+        t.hello(worker.worker_id, [queue], 10, True, "not-an-attempt")
+
+
+def _submit_payload(api, queue_id, payload) -> str:
+    return api.submit_task(
+        secrets.token_hex(8),
+        SubmitTaskRequest(
+            queue_id=queue_id,
+            handler="job",
+            handler_version="v1",
+            payload_version="v1",
+            payload=payload,
+        ),
+    ).task.task_id
+
+
 def test_drain_finishes_in_flight_work_then_says_goodbye(make_worker, api):
     q = api.create_queue("drain").queue_id
     started = threading.Event()
@@ -734,7 +773,7 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
         with conn.cursor() as cur:
             for sql, args in (
                 (
-                    f"CALL {routine_name('worker_hello')}(%s, %s, 'intruder', 4, 1, %s, 'x')",
+                    f"CALL {routine_name('worker_hello')}(%s, %s, 'intruder', 4, 1, %s, 'x', NULL)",
                     (b.namespace_id, b.application_id, json.dumps([b.queue_id])),
                 ),
                 (
@@ -759,6 +798,7 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
         1,
         json.dumps([b.queue_id]),
         "r",
+        None,
     )[0][0]["session_id"]
     [granted] = database.call("worker_claim", b.namespace_id, session_b, 1, 0)[0]
     conn = db.connect(worker_dsn)
@@ -788,9 +828,9 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
 @pytest.mark.parametrize(
     "protocol, says",
     [
-        (None, "older than this worker (protocol 0, this worker speaks 2); run `orbit-migrate up`"),
-        (WORKER_PROTOCOL - 1, "older than this worker (protocol 1, this worker speaks 2)"),
-        (WORKER_PROTOCOL + 1, "newer than this worker (protocol 3, this worker speaks 2)"),
+        (None, "older than this worker (protocol 0, this worker speaks 3); run `orbit-migrate up`"),
+        (WORKER_PROTOCOL - 1, "older than this worker (protocol 2, this worker speaks 3)"),
+        (WORKER_PROTOCOL + 1, "newer than this worker (protocol 4, this worker speaks 3)"),
     ],
 )
 def test_the_direct_transport_refuses_worker_procedures_of_another_protocol(

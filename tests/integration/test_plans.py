@@ -53,6 +53,7 @@ def test_batch_calls_read_per_item_not_per_key_on_a_new_database(young):
         1,
         json.dumps([tenant.queue_id]),
         "0" * 64,
+        None,
     )
     sid, ns = session["session_id"], tenant.namespace_id
     most = dict.fromkeys(("submit", "claim", "start", "result"), 0)
@@ -97,6 +98,7 @@ def session_on(database, tenant, name: str, capacity: int = 100) -> str:
         1,
         json.dumps([tenant.queue_id]),
         "0" * 64,
+        None,
     )
     return session["session_id"]
 

@@ -53,14 +53,18 @@ class Workers:
             int(body["concurrency_keys"]),
             json.dumps(queue_ids),
             registration,
+            body["in_flight_after"],
         )
         row = session[0]
+        # in_flight is one page (L1: its payloads within the body's bound); in_flight_after,
+        # when set, is what a hello again sends for the next.
         head = json.dumps(
             {
                 "session_id": row["session_id"],
                 "lease_seconds": row["lease_seconds"],
                 "capacity": row["capacity"],
                 "concurrency_keys": bool(row["concurrency_keys"]),
+                "in_flight_after": row["in_flight_after"],
             }
         )
         ok_text(req, resp, f'{head[:-1]}, "in_flight": {serialize.assignments_json(in_flight)}}}')
