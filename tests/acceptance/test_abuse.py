@@ -2,7 +2,8 @@
 
 The starvation test holds one credential's 500 long polls and 100 slow-sending connections
 against a real `orbit` (4 gevent workers) while another tenant makes ordinary requests, and
-prints that tenant's latency beside an idle server's (the figure L1 is about). It asserts
+prints that tenant's latency beside an idle server's (the figure L1 is about); the payload
+test does the same while one tenant claims, resumes and lists tasks of 1 MiB. It asserts
 what must hold whatever the machine's speed: every ordinary request is answered, the poll
 bounds answer 429 with Retry-After, and slow senders are cut off. Bounded in count and time.
 """
@@ -227,6 +228,92 @@ def test_l1_one_credential_s_polls_and_slow_senders_leave_another_tenant_served(
     assert header_answers == [0] * 50  # closed by the server, no request ever made of them
     for code, data in body_answers:
         assert code == 408 and b'"REQUEST_TIMEOUT"' in data, data
+
+
+def _post(url: str, path: str, token: str, body: dict, **headers: str) -> dict:
+    request = urllib.request.Request(
+        url + path,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json", **headers},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["data"]
+
+
+class Reader(threading.Thread):
+    """Another tenant's ordinary reads, one after another, for as long as it runs."""
+
+    def __init__(self, url: str, path: str, token: str) -> None:
+        super().__init__(daemon=True)
+        self.args, self.stop, self.seconds = (url, path, token), threading.Event(), []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.seconds.append(_get(*self.args))
+
+    def during(self, action):
+        """``action()``'s answer, with this reader running from before it to after it."""
+        self.start()
+        time.sleep(0.1)
+        try:
+            return action()
+        finally:
+            time.sleep(0.1)
+            self.stop.set()
+            self.join()
+
+
+def test_l1_one_tenant_s_large_payloads_leave_another_tenant_served(orbit_dsn, database, tmp_path):
+    """L1: one server process builds each answer whole while the other requests it serves
+    wait, so no answer carries more task payload than a request body may (1 MiB, or one larger
+    task). Tenant A has 20 tasks of about 1 MiB; on a server of one process, A's claim of all
+    of them, hello after it and a page of its tasks each carry at most 1 MiB of payload, while
+    tenant B reads. Printed: B's latency idle and during each. Before the budget the claim
+    answered 20 MiB and so did hello, each holding B's reads for 120-130 ms; after it, 10-13."""
+    proc = launch_orbit(orbit_dsn, tmp_path / "server.log", ORBIT_HTTP_WORKERS="1")
+    a, b = make_tenant(database, tmp_path), make_tenant(database, tmp_path)
+    url, path = proc.url, f"/v1/queues/{b.queue_id}"
+    blob = {"blob": "x" * 1_000_000}
+    lines = []
+    try:
+        for i in range(20):
+            task = {"queue_id": a.queue_id, "handler": "h", "handler_version": "v1"}
+            task.update(payload_version="v1", payload=blob)
+            _post(url, "/v1/tasks", a.token, task, **{"Idempotency-Key": f"big-{i}"})
+        idle = _latencies(url, path, b.token, 50)
+        lines.append(f"idle {_p(idle, 50):.1f}/{max(idle) * 1000:.1f}")
+        hello = {"worker_id": "big", "queue_ids": [a.queue_id], "capacity": 50}
+        session = _post(url, "/v1/workers/hello", a.token, hello)["session_id"]
+
+        def claim():
+            return _post(url, f"/v1/workers/{session}/claim", a.token, {"max": 20})
+
+        answers = {}
+        for name, action in (
+            ("claim of 20", claim),
+            ("another claim", claim),
+            ("hello again", lambda: _post(url, "/v1/workers/hello", a.token, hello)),
+            ("task list page of 100", lambda: _get_json(url, "/v1/tasks?limit=100", a.token)),
+        ):
+            reader = Reader(url, path, b.token)
+            answers[name] = reader.during(action)
+            lines.append(f"{name} {_p(reader.seconds, 50):.1f}/{max(reader.seconds) * 1000:.1f}")
+    finally:
+        stop_orbit(proc)
+    print("\nL1 large payloads: tenant B GET p50/max ms, " + "; ".join(lines))
+    for name in ("claim of 20", "another claim"):
+        [granted] = answers[name]["assignments"]  # each of about 1 MiB: one a claim
+        assert len(json.dumps(granted["task"]["payload"])) > 1_000_000
+    page = answers["hello again"]
+    assert len(page["in_flight"]) == 1 and page["in_flight_after"] is not None
+    listed = answers["task list page of 100"]["tasks"]
+    assert len(listed) == 20 and all("payload" not in t for t in listed)
+
+
+def _get_json(url: str, path: str, token: str) -> dict:
+    request = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["data"]
 
 
 def test_l1_an_abandoned_long_poll_ends_and_frees_its_place(orbit_dsn, database, tmp_path):
