@@ -167,6 +167,8 @@ def attempt(row: dict[str, Any]) -> dict[str, Any]:
         "result": _json(row["result"]),
         "error": _json(row["error"]),
     }
+    if row.get("detail_omitted"):  # a list's attempt past its bound (L1): read it alone
+        out["detail_omitted"] = True
     return out
 
 

@@ -16,6 +16,7 @@ from orbit_shell.engine.db import Database
 from orbit_shell.engine.serialize import PARKED_COUNT_MAX
 from orbit_shell.server import queuecounts
 from orbit_shell.server.auth import Principal
+from orbit_shell.validation import MAX_BODY_BYTES
 
 # task_submit's answer repeats these columns as one JSON object (POST /v1/tasks answers from
 # it); keep both alike.
@@ -36,11 +37,13 @@ TASK_LIST_COLUMNS = (
 )
 TASK_JOINS = "JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"
 TASK_FROM = f"FROM tasks t {TASK_JOINS}"
-ATTEMPT_COLUMNS = (
+# An attempt's columns but its result and error (an attempt list reads those within a bound).
+ATTEMPT_HEAD = (
     "a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state, "
     "a.concurrency_token, t.concurrency_key, a.lease_expires_at, a.created_at, a.started_at, "
-    "a.finished_at, a.outcome, a.retryable, a.result, a.error"
+    "a.finished_at, a.outcome, a.retryable"
 )
+ATTEMPT_COLUMNS = ATTEMPT_HEAD + ", a.result, a.error"
 MAX_PAGE = 200
 # Filter columns whose values may end in spaces (a concurrency key may not, K2).
 PADDED_TEXTS = {"business_key", "handler"}
@@ -249,11 +252,23 @@ class Scope:
         )
 
     def attempts(self, task_public_id: str) -> list[dict[str, Any]]:
+        """The task's attempts in order. Their results and errors together stay within a
+        request body's bound (L1; the first attempt's whatever their size): a later attempt
+        past it comes with both NULL and ``detail_omitted`` set, for its own read to answer.
+        A task of 100 attempts could otherwise answer 100 MiB from one server worker."""
         task = self.task(task_public_id)
+        fits = "(w.n = 1 OR w.total <= %s)"
         return self.db.query(
-            f"SELECT {ATTEMPT_COLUMNS} FROM attempts a JOIN tasks t ON t.id = a.task_id "
-            "WHERE a.task_id = %s ORDER BY a.attempt_number",
-            [task["id"]],
+            f"SELECT {ATTEMPT_HEAD}, IF({fits}, a.result, NULL) AS result,"
+            f" IF({fits}, a.error, NULL) AS error,"
+            f" NOT {fits} AS detail_omitted"
+            " FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY attempt_number) AS n,"
+            "  SUM(COALESCE(LENGTH(result), 0) + COALESCE(LENGTH(error), 0))"
+            "    OVER (ORDER BY attempt_number) AS total"
+            "  FROM attempts WHERE task_id = %s) w"
+            " JOIN attempts a ON a.id = w.id JOIN tasks t ON t.id = a.task_id"
+            " ORDER BY a.attempt_number",
+            [MAX_BODY_BYTES] * 3 + [task["id"]],
         )
 
     def attempt(self, task_public_id: str, number: int) -> dict[str, Any]:

@@ -146,3 +146,37 @@ def test_l1_a_hello_whose_page_cursor_is_not_its_attempt_changes_nothing(eng, bi
         (session,),
     )
     assert row == {"capacity": 4, "registration_sha256": "0" * 64}
+
+
+def test_l1_an_attempt_list_carries_results_within_the_budget_and_says_what_it_left_out(
+    eng, big, database, client, tenant
+):
+    """Each of a task's attempts may carry a result of up to 1 MiB, and a task up to 100
+    attempts: the list carries results and errors within the budget (the first attempt's
+    whatever their size) and marks the attempts past it, which their own read answers whole."""
+    queue, _ = eng.queue_create()
+    [task] = big(1, payload="{}", queue=queue)
+    eng.force("UPDATE tasks SET max_attempts = 5 WHERE public_id = %s", task)
+    session, _ = eng.hello([queue], capacity=4)
+    text = json.dumps({"blob": "r" * 400_000})  # two fit the budget, three do not
+    for _ in range(4):
+        eng.due(task)
+        [granted] = _claim_started(eng, session, 1)
+        database.call(
+            "attempt_result",
+            eng.t.namespace_id,
+            session,
+            granted["attempt_id"],
+            "failed",
+            1,
+            text,
+            None,
+        )
+    url = f"/v1/tasks/{task}/attempts"
+    listed = client.simulate_get(url, headers=tenant.headers).json["data"]
+    assert [a["attempt_number"] for a in listed] == [1, 2, 3, 4]
+    assert [a["result"] is not None for a in listed] == [True, True, False, False]
+    assert ["detail_omitted" in a for a in listed] == [False, False, True, True]
+    assert all(a["outcome"] == "failed" for a in listed)  # the rest of each is there
+    third = client.simulate_get(url + "/3", headers=tenant.headers).json["data"]
+    assert third["result"] == json.loads(text) and "detail_omitted" not in third
