@@ -281,3 +281,39 @@ def test_l4_a_queue_limited_credential_sees_no_schedule_of_another_queue(client,
         ).status_code
         == 200
     )
+
+
+def test_l1_a_schedule_list_carries_definitions_within_the_budget(client, tenant, database):
+    """L1: each schedule's definition may hold a task payload of up to 1 MiB, so the list
+    carries definitions while their total stays within a request body's bound (the first
+    whatever its size) and marks the schedules past it, which their own read answers whole.
+    A queue-limited credential's list counts only the schedules it sees."""
+    other = client.simulate_post("/v1/queues", headers=tenant.headers, json={"name": "big-q2"})
+    q2 = other.json["data"]["queue_id"]
+    big = {"blob": "d" * 400_000}  # two definitions fit the budget, three do not
+
+    def create(name: str, queue: str) -> str:
+        result = client.simulate_post(
+            "/v1/schedules",
+            headers=tenant.headers,
+            json={
+                "name": name,
+                "rule": {"interval_seconds": 60},
+                "definition": {"task": task_body(queue, payload=big)},
+            },
+        )
+        assert result.status_code == 201, result.text
+        return result.json["data"]["schedule_id"]
+
+    ids = [create("big-a", tenant.queue_id), create("big-b", q2)]
+    ids += [create("big-c", tenant.queue_id), create("big-d", tenant.queue_id)]
+    listed = client.simulate_get("/v1/schedules", headers=tenant.headers).json["data"]
+    assert [s["schedule_id"] for s in listed] == ids
+    assert [s["definition"] is not None for s in listed] == [True, True, False, False]
+    assert ["definition_omitted" in s for s in listed] == [False, False, True, True]
+    whole = client.simulate_get(f"/v1/schedules/{ids[2]}", headers=tenant.headers).json["data"]
+    assert whole["definition"]["task"]["payload"] == big and "definition_omitted" not in whole
+    limited = limited_credential(database, tenant, "tasks:read")  # the tenant's first queue
+    mine = client.simulate_get("/v1/schedules", headers=limited).json["data"]
+    assert [s["schedule_id"] for s in mine] == [ids[0], ids[2], ids[3]]
+    assert [s["definition"] is not None for s in mine] == [True, True, False]

@@ -15,11 +15,12 @@ from orbit_shell.engine import serialize
 from orbit_shell.server import actions, schedules
 from orbit_shell.server.common import ok, read_json, scope
 
-COLUMNS = (
+# A schedule's columns but its definition (a list reads definitions within a bound).
+HEAD = (
     "s.id, s.public_id, s.name, s.state, s.current_version, s.next_fire_at, s.created_at, "
-    "s.updated_at, v.rule_kind, v.cron, v.timezone, v.interval_seconds, v.definition, "
-    "v.effective_from"
+    "s.updated_at, v.rule_kind, v.cron, v.timezone, v.interval_seconds, v.effective_from"
 )
+COLUMNS = HEAD + ", v.definition"
 # From the schedules to their current versions by key (see schedules.DUE): the other order
 # read every version ever written.
 FROM = (
@@ -35,11 +36,13 @@ def schedule_view(row) -> dict:
         "state": row["state"],
         "version": row["current_version"],
         "rule": schedules.rule_of(row).as_json(),
-        "definition": json.loads(row["definition"]),
+        "definition": None if row["definition"] is None else json.loads(row["definition"]),
         "next_fire_at": serialize.iso(row["next_fire_at"]),
         "version_effective_from": serialize.iso(row["effective_from"]),
         "created_at": serialize.iso(row["created_at"]),
         "updated_at": serialize.iso(row["updated_at"]),
+        # A list's schedule past its bound (L1): its own read answers the definition.
+        **({"definition_omitted": True} if row.get("definition_omitted") else {}),
     }
 
 
@@ -70,12 +73,31 @@ def schedule_row(s, schedule_id: str) -> dict:
 
 
 def schedule_list(s) -> list[dict]:
-    """The namespace's schedules whose current task the credential's queues take in."""
-    rows = s.db.query(
-        f"SELECT {COLUMNS} {FROM} WHERE s.namespace_id = %s ORDER BY s.id", (s.namespace_id,)
-    )
+    """The namespace's schedules whose current task the credential's queues take in, in the
+    order they were made. Their definitions together stay within a request body's bound
+    (L1; the first whatever its size): a schedule past it comes with its definition NULL and
+    ``definition_omitted`` set, for its own read to answer. The queue scope is applied in the
+    query, so that no definition is read here only to be dropped."""
+    where, args = "s.namespace_id = %s", [s.namespace_id]
     allowed = _queue_scope(s)
-    return [r for r in rows if _visible(s, [r], allowed)]
+    if allowed is not None:
+        if not allowed:
+            return []
+        where += " AND JSON_UNQUOTE(JSON_EXTRACT(v.definition, '$.task.queue_id')) IN ({})".format(
+            ", ".join(["%s"] * len(allowed))
+        )
+        args += sorted(allowed)
+    fits = "(w.n = 1 OR w.total <= %s)"
+    return s.db.query(
+        f"SELECT {HEAD}, IF({fits}, v.definition, NULL) AS definition,"
+        f" NOT {fits} AS definition_omitted"
+        " FROM (SELECT s.id, ROW_NUMBER() OVER (ORDER BY s.id) AS n,"
+        f"  SUM(LENGTH(v.definition)) OVER (ORDER BY s.id) AS total {FROM} WHERE {where}) w"
+        f" STRAIGHT_JOIN schedules s ON s.id = w.id STRAIGHT_JOIN schedule_versions v"
+        " FORCE INDEX (PRIMARY) ON v.schedule_id = s.id AND v.version = s.current_version"
+        " ORDER BY s.id",
+        [validation.MAX_BODY_BYTES, validation.MAX_BODY_BYTES, *args],
+    )
 
 
 class Schedules:
