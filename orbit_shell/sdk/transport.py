@@ -79,7 +79,9 @@ class HttpTransport:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    def hello(self, worker_id, queue_ids, capacity, concurrency_keys, in_flight_after=None):
+    def hello(
+        self, worker_id, queue_ids, capacity, concurrency_keys, in_flight_after=None
+    ) -> Hello:
         body = {
             "worker_id": worker_id,
             "queue_ids": queue_ids,
@@ -197,7 +199,9 @@ class MysqlTransport:
         except errors.OrbitError as exc:
             raise local_error(exc) from exc
 
-    def hello(self, worker_id, queue_ids, capacity, concurrency_keys, in_flight_after=None):
+    def hello(
+        self, worker_id, queue_ids, capacity, concurrency_keys, in_flight_after=None
+    ) -> Hello:
         self._check(
             validation.WORKER_HELLO,
             {
