@@ -265,8 +265,10 @@ class Scope:
             " FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY attempt_number) AS n,"
             "  SUM(COALESCE(LENGTH(result), 0) + COALESCE(LENGTH(error), 0))"
             "    OVER (ORDER BY attempt_number) AS total"
-            "  FROM attempts WHERE task_id = %s) w"
-            " JOIN attempts a ON a.id = w.id JOIN tasks t ON t.id = a.task_id"
+            "  FROM attempts FORCE INDEX (uq_attempts_number) WHERE task_id = %s) w"
+            # From the task's attempts to their rows, whatever the statistics say.
+            " STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = w.id"
+            " STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id"
             " ORDER BY a.attempt_number",
             [MAX_BODY_BYTES] * 3 + [task["id"]],
         )
