@@ -2,8 +2,11 @@
 -- (cron parsing needs a cron library) and the definition (the same submission rules as
 -- POST /v1/tasks, K2 included) and computes the first fire time.
 -- Result set: {schedule_id (public)}.
--- Errors: STATE_CONFLICT (name taken in the namespace).
--- Locks: applications row, then the new schedules and schedule_versions rows.
+-- Errors: STATE_CONFLICT (name taken in the namespace), QUOTA_EXCEEDED (the namespace has
+--   1,000 schedules: a list of them answers them all, and one tenant's list must stay small
+--   enough for a server process to build while others wait, L1).
+-- Locks: applications row (so the count below is exact), then the new schedules and
+--   schedule_versions rows.
 CREATE PROCEDURE schedule_create(
   IN p_namespace_id BIGINT UNSIGNED, IN p_application_id BIGINT UNSIGNED, IN p_name VARCHAR(100),
   IN p_rule_kind VARCHAR(10), IN p_cron VARCHAR(120), IN p_timezone VARCHAR(64),
@@ -14,6 +17,8 @@ BEGIN
   DECLARE v_schedule BIGINT UNSIGNED;
   DECLARE v_public CHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
   DECLARE v_now DATETIME(6);
+  DECLARE v_count INT;
+  DECLARE c_schedules_max INT DEFAULT 1000;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
@@ -23,6 +28,14 @@ BEGIN
   SET v_now = UTC_TIMESTAMP(6);
   IF EXISTS (SELECT 1 FROM schedules WHERE namespace_id = p_namespace_id AND name = p_name) THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: a schedule with this name exists';
+  END IF;
+  -- Counted up to the bound through uq_schedules_name (namespace_id, name), under the
+  -- application row every creation of the namespace locks first.
+  SELECT COUNT(*) INTO v_count
+    FROM (SELECT 1 FROM schedules FORCE INDEX (uq_schedules_name)
+           WHERE namespace_id = p_namespace_id LIMIT c_schedules_max) s;
+  IF v_count >= c_schedules_max THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'QUOTA_EXCEEDED: a namespace holds at most 1,000 schedules';
   END IF;
   SET v_public = new_public_id();
   INSERT INTO schedules (public_id, namespace_id, application_id, name, state, current_version,

@@ -317,3 +317,41 @@ def test_l1_a_schedule_list_carries_definitions_within_the_budget(client, tenant
     mine = client.simulate_get("/v1/schedules", headers=limited).json["data"]
     assert [s["schedule_id"] for s in mine] == [ids[0], ids[2], ids[3]]
     assert [s["definition"] is not None for s in mine] == [True, True, False]
+
+
+def test_l1_a_namespace_holds_at_most_1000_schedules(client, tenant, database):
+    """L1: a schedule list answers every schedule of the namespace, so their number is
+    bounded: the 1,001st is refused with 429 QUOTA_EXCEEDED, and nothing is made."""
+    [row] = database.query(
+        "SELECT application_id FROM namespaces WHERE id = %s", (tenant.namespace_id,)
+    )
+    conn = db.connect(database.dsn)
+    try:
+        with conn.cursor() as cur:  # test setup: 999 schedules written straight to the table
+            cur.executemany(
+                "INSERT INTO schedules (public_id, namespace_id, application_id, name, state,"
+                " current_version, created_at, updated_at) VALUES"
+                " (%s, %s, %s, %s, 'PAUSED', 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+                [
+                    (f"{n:032x}", tenant.namespace_id, row["application_id"], f"bulk-{n}")
+                    for n in range(tenant.namespace_id * 10_000, tenant.namespace_id * 10_000 + 999)
+                ],
+            )
+    finally:
+        conn.close()
+    _create(client, tenant, name="the-thousandth")
+    refused = client.simulate_post(
+        "/v1/schedules",
+        headers=tenant.headers,
+        json={
+            "name": "one-too-many",
+            "rule": {"interval_seconds": 60},
+            "definition": {"task": task_body(tenant.queue_id)},
+        },
+    )
+    assert refused.status_code == 429, refused.text
+    assert refused.json["error"]["code"] == "QUOTA_EXCEEDED"
+    [count] = database.query(
+        "SELECT COUNT(*) AS n FROM schedules WHERE namespace_id = %s", (tenant.namespace_id,)
+    )
+    assert count["n"] == 1000
