@@ -192,10 +192,18 @@ class MysqlTransport:
             raise local_error(exc) from exc
 
     @staticmethod
-    def _check(shape: validation.Shape, body: dict[str, Any]) -> dict[str, Any]:
-        """The body checks of the matching HTTP route (W9: same checks, same errors)."""
+    def _check(
+        shape: validation.Shape, body: dict[str, Any], sized: bool = False
+    ) -> dict[str, Any]:
+        """The body checks of the matching HTTP route (W9: same checks, same errors); with
+        ``sized``, its size too, for the routes that carry results: a report over the 1 MiB
+        an HTTP body may be is refused (413) before it reaches the database."""
         try:
-            return shape.parse(body)
+            out = shape.parse(body)  # first: what it accepts is JSON that dumps
+            # Measured as the HTTP transport would send it (the client's encoding).
+            if sized and len(json.dumps(body).encode()) > validation.MAX_BODY_BYTES:
+                raise errors.PayloadTooLarge()
+            return out
         except errors.OrbitError as exc:
             raise local_error(exc) from exc
 
@@ -268,6 +276,7 @@ class MysqlTransport:
                 "result": result,
                 "error": error,
             },
+            sized=True,
         )
         [[row]] = self._call(
             "attempt_result",
@@ -301,13 +310,17 @@ class MysqlTransport:
 
     def result_many(self, session_id, results):
         body = self._check(
-            validation.ATTEMPT_RESULT_BATCH, {"session_id": session_id, "results": results}
+            validation.ATTEMPT_RESULT_BATCH,
+            {"session_id": session_id, "results": results},
+            sized=True,
         )
         return self._batch(batches.result_many, session_id, body["results"])
 
     def report_and_claim(self, session_id, results, max, start=False):
         body = self._check(
-            validation.WORKER_REPORT_CLAIM, {"results": results, "max": max, "start": start}
+            validation.WORKER_REPORT_CLAIM,
+            {"results": results, "max": max, "start": start},
+            sized=True,
         )
         granted: list[dict[str, Any]] = []
 

@@ -24,6 +24,7 @@ from orbit_shell.sdk.models import (
     IdempotencyConflictError,
     InvalidArgumentError,
     NotFoundError,
+    PayloadTooLargeError,
     SubmitTaskRequest,
     UnavailableError,
 )
@@ -525,6 +526,37 @@ def test_l1_a_worker_resumes_its_in_flight_attempts_a_page_at_a_time(make_worker
         t.hello(worker.worker_id, [queue], 10, True, "0" * 32)
     with pytest.raises(InvalidArgumentError):
         t.hello(worker.worker_id, [queue], 10, True, "not-an-attempt")
+
+
+def test_a_report_over_the_body_bound_is_refused_by_both_transports(make_worker, api, tenant):
+    """W9: the direct transport refuses what the HTTP route refuses (413 over 1 MiB), before
+    the database: a report of two results of 600 KB changes nothing, and each alone is
+    recorded."""
+    queue = tenant.queue_id
+    for _ in range(2):
+        _submit(api, queue)
+    worker = make_worker([queue], capacity=4)
+    t = worker.transport
+    session = t.hello(worker.worker_id, [queue], 4, True).session_id
+    claimed = t.claim(session, 2, 0, start=True)
+    ids, tasks = [a["attempt_id"] for a in claimed], [a["task"]["task_id"] for a in claimed]
+    assert len(ids) == 2
+    big = {"blob": "r" * 600_000}
+    items = [
+        {"attempt_id": i, "outcome": "succeeded", "retryable": False, "result": big, "error": None}
+        for i in ids
+    ]
+    for report in (
+        lambda: t.result_many(session, items),
+        lambda: t.report_and_claim(session, items, 2),
+    ):
+        with pytest.raises(PayloadTooLargeError):
+            report()
+    assert [api.get_task(task).state for task in tasks] == ["RUNNING", "RUNNING"]
+    for item in items:
+        [answer] = t.result_many(session, [item])
+        assert not isinstance(answer, Exception), answer
+    assert [api.get_task(task).state for task in tasks] == ["SUCCEEDED", "SUCCEEDED"]
 
 
 def _submit_payload(api, queue_id, payload) -> str:
