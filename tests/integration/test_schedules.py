@@ -14,13 +14,18 @@ from orbit_shell.server import schedules
 from tests.helpers import Session, limited_credential, task_body
 
 
-def _create(client, tenant, key="", rule=None, name="every-minute"):
-    task = task_body(tenant.queue_id, concurrency_key=key) if key else task_body(tenant.queue_id)
-    result = client.simulate_post(
+def _post(client, headers, name: str, task: dict, rule=None):
+    """POST /v1/schedules of ``task``, every minute unless ``rule`` says otherwise."""
+    return client.simulate_post(
         "/v1/schedules",
-        headers=tenant.headers,
+        headers=headers,
         json={"name": name, "rule": rule or {"interval_seconds": 60}, "definition": {"task": task}},
     )
+
+
+def _create(client, tenant, key="", rule=None, name="every-minute"):
+    task = task_body(tenant.queue_id, concurrency_key=key) if key else task_body(tenant.queue_id)
+    result = _post(client, tenant.headers, name, task, rule)
     assert result.status_code == 201, result.text
     return result.json["data"]
 
@@ -157,14 +162,8 @@ def test_invalid_rules_are_rejected_with_the_field(client, tenant, rule, field):
 
 def test_invalid_keys_in_a_definition_are_rejected_by_the_same_validator(client, tenant):
     for key in ("x" * 192, " padded", None):
-        result = client.simulate_post(
-            "/v1/schedules",
-            headers=tenant.headers,
-            json={
-                "name": "bad-key",
-                "rule": {"interval_seconds": 60},
-                "definition": {"task": task_body(tenant.queue_id, concurrency_key=key)},
-            },
+        result = _post(
+            client, tenant.headers, "bad-key", task_body(tenant.queue_id, concurrency_key=key)
         )
         assert result.status_code == 400
         assert result.json["error"]["details"][0]["field"] == "definition.task.concurrency_key"
@@ -293,15 +292,7 @@ def test_l1_a_schedule_list_carries_definitions_within_the_budget(client, tenant
     big = {"blob": "d" * 400_000}  # two definitions fit the budget, three do not
 
     def create(name: str, queue: str) -> str:
-        result = client.simulate_post(
-            "/v1/schedules",
-            headers=tenant.headers,
-            json={
-                "name": name,
-                "rule": {"interval_seconds": 60},
-                "definition": {"task": task_body(queue, payload=big)},
-            },
-        )
+        result = _post(client, tenant.headers, name, task_body(queue, payload=big))
         assert result.status_code == 201, result.text
         return result.json["data"]["schedule_id"]
 
@@ -340,15 +331,7 @@ def test_l1_a_namespace_holds_at_most_1000_schedules(client, tenant, database):
     finally:
         conn.close()
     _create(client, tenant, name="the-thousandth")
-    refused = client.simulate_post(
-        "/v1/schedules",
-        headers=tenant.headers,
-        json={
-            "name": "one-too-many",
-            "rule": {"interval_seconds": 60},
-            "definition": {"task": task_body(tenant.queue_id)},
-        },
-    )
+    refused = _post(client, tenant.headers, "one-too-many", task_body(tenant.queue_id))
     assert refused.status_code == 429, refused.text
     assert refused.json["error"]["code"] == "QUOTA_EXCEEDED"
     [count] = database.query(
