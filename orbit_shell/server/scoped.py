@@ -47,6 +47,28 @@ ATTEMPT_COLUMNS = ATTEMPT_HEAD + ", a.result, a.error"
 MAX_PAGE = 200
 # Filter columns whose values may end in spaces (a concurrency key may not, K2).
 PADDED_TEXTS = {"business_key", "handler"}
+
+
+def running_size(size: str, order: str) -> str:
+    """A window's columns for ``within_budget``: each row's number ``n`` and the running
+    total of ``size`` up to it, in ``order``."""
+    return (
+        f"ROW_NUMBER() OVER (ORDER BY {order}) AS n, SUM({size}) OVER (ORDER BY {order}) AS total"
+    )
+
+
+def within_budget(texts: dict[str, str], flag: str) -> tuple[str, list[int]]:
+    """Select-list terms (and their arguments) for a list whose large texts must not make its
+    answer larger than a request may be (L1): each of ``texts`` (alias: expression) is carried
+    while the window ``w`` (``running_size``) stays within MAX_BODY_BYTES, the first row's
+    whatever its size, and NULL past it, where ``flag`` says so (the item's own read answers
+    it whole). One server process builds each answer while the others it serves wait."""
+    fits = "(w.n = 1 OR w.total <= %s)"
+    terms = [f"IF({fits}, {expr}, NULL) AS {alias}" for alias, expr in texts.items()]
+    terms.append(f"NOT {fits} AS {flag}")
+    return ", ".join(terms), [MAX_BODY_BYTES] * len(terms)
+
+
 # Task list filters and the index (namespace_id, column, id) of each.
 LIST_INDEXES = {
     "queue_id": "ix_tasks_ns_queue",
@@ -257,20 +279,19 @@ class Scope:
         past it comes with both NULL and ``detail_omitted`` set, for its own read to answer.
         A task of 100 attempts could otherwise answer 100 MiB from one server worker."""
         task = self.task(task_public_id)
-        fits = "(w.n = 1 OR w.total <= %s)"
+        texts, budget = within_budget({"result": "a.result", "error": "a.error"}, "detail_omitted")
+        window = running_size(
+            "COALESCE(LENGTH(result), 0) + COALESCE(LENGTH(error), 0)", "attempt_number"
+        )
         return self.db.query(
-            f"SELECT {ATTEMPT_HEAD}, IF({fits}, a.result, NULL) AS result,"
-            f" IF({fits}, a.error, NULL) AS error,"
-            f" NOT {fits} AS detail_omitted"
-            " FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY attempt_number) AS n,"
-            "  SUM(COALESCE(LENGTH(result), 0) + COALESCE(LENGTH(error), 0))"
-            "    OVER (ORDER BY attempt_number) AS total"
+            f"SELECT {ATTEMPT_HEAD}, {texts}"
+            f" FROM (SELECT id, {window}"
             "  FROM attempts FORCE INDEX (uq_attempts_number) WHERE task_id = %s) w"
             # From the task's attempts to their rows, whatever the statistics say.
             " STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = w.id"
             " STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id"
             " ORDER BY a.attempt_number",
-            [MAX_BODY_BYTES] * 3 + [task["id"]],
+            [*budget, task["id"]],
         )
 
     def attempt(self, task_public_id: str, number: int) -> dict[str, Any]:

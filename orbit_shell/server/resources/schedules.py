@@ -14,6 +14,7 @@ from orbit_shell import errors, validation
 from orbit_shell.engine import serialize
 from orbit_shell.server import actions, schedules
 from orbit_shell.server.common import ok, read_json, scope
+from orbit_shell.server.scoped import running_size, within_budget
 
 # A schedule's columns but its definition (a list reads definitions within a bound).
 HEAD = (
@@ -87,18 +88,17 @@ def schedule_list(s) -> list[dict]:
             ", ".join(["%s"] * len(allowed))
         )
         args += sorted(allowed)
-    fits = "(w.n = 1 OR w.total <= %s)"
+    texts, budget = within_budget({"definition": "v.definition"}, "definition_omitted")
     return s.db.query(
-        f"SELECT {HEAD}, IF({fits}, v.definition, NULL) AS definition,"
-        f" NOT {fits} AS definition_omitted"
-        " FROM (SELECT s.id, ROW_NUMBER() OVER (ORDER BY s.id) AS n,"
-        f"  SUM(LENGTH(v.definition)) OVER (ORDER BY s.id) AS total {FROM} WHERE {where}) w"
+        f"SELECT {HEAD}, {texts}"
+        f" FROM (SELECT s.id, {running_size('LENGTH(v.definition)', 's.id')}"
+        f"  {FROM} WHERE {where}) w"
         # From the window's ids to their rows by key, whatever the statistics say.
         " STRAIGHT_JOIN schedules s FORCE INDEX (PRIMARY) ON s.id = w.id"
         " STRAIGHT_JOIN schedule_versions v"
         " FORCE INDEX (PRIMARY) ON v.schedule_id = s.id AND v.version = s.current_version"
         " ORDER BY s.id",
-        [validation.MAX_BODY_BYTES, validation.MAX_BODY_BYTES, *args],
+        [*budget, *args],
     )
 
 
