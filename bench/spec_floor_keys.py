@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 import floor
@@ -191,10 +192,21 @@ def key_turns(dsn: str, keys: int, turns: int) -> dict[str, Any]:
     session holds one running task of each of ``keys`` keys, each key with a backlog; a turn
     reports them all and claims and starts each key's next task, in one call. Wall time and
     mariadbd CPU per turn and per task; the first five turns are not counted."""
+    turn, close = key_turn(dsn, keys, turns + 5)
+    try:
+        return key_turn_costs(turn, turns, keys)
+    finally:
+        close()
+
+
+def key_turn(dsn: str, keys: int, turns: int) -> tuple[Callable[[], int], Callable[[], None]]:
+    """The SPEC floor's scratch database with a session holding one running task of each of
+    ``keys`` keys, each with a backlog for ``turns`` turns: returns ``turn()``, which makes one
+    turn and returns how many tasks it claimed, and ``close()``, which drops the database."""
     scratch = floor.install(dsn, DDL)
     session = secrets.token_hex(16)
     prefix = secrets.token_hex(4)
-    backlog = turns + 6
+    backlog = turns + 1
     conn = db.connect(dsn)
     try:
         with conn.cursor() as cur:
@@ -234,7 +246,8 @@ def key_turns(dsn: str, keys: int, turns: int) -> dict[str, Any]:
         held = [r["attempt_id"] for r in rows]
         return len(held)
 
-    costs = key_turn_costs(turn, turns, keys)
-    d.close()
-    floor.drop(dsn, scratch)
-    return costs
+    def close() -> None:
+        d.close()
+        floor.drop(dsn, scratch)
+
+    return turn, close
