@@ -47,28 +47,32 @@ def schedule_view(row) -> dict:
     }
 
 
-def _queue_scope(s) -> set[str] | None:
-    """The public ids of the queues a queue-limited credential covers; None for all queues."""
+def _in_scope(s) -> tuple[str, list[str]] | None:
+    """The condition (to AND to a query over ``FROM``) and its arguments that a schedule's
+    current task goes to a queue the credential covers (SPEC 1, L4): none for a credential
+    of every queue; None when it covers no queue, and so sees no schedule."""
     if s.principal.all_queues:
+        return "", []
+    allowed = sorted(q["public_id"] for q in s.queues())
+    if not allowed:
         return None
-    return {q["public_id"] for q in s.queues()}
-
-
-def _visible(s, rows: list[dict], allowed: set[str] | None) -> bool:
-    """Whether every row's current task goes to a queue the credential covers."""
-    return allowed is None or all(
-        json.loads(r["definition"])["task"]["queue_id"] in allowed for r in rows
-    )
+    marks = ", ".join(["%s"] * len(allowed))
+    return f" AND JSON_UNQUOTE(JSON_EXTRACT(v.definition, '$.task.queue_id')) IN ({marks})", allowed
 
 
 def schedule_row(s, schedule_id: str) -> dict:
     """The schedule with its current version; NOT_FOUND outside the namespace or when its
     task's queue is outside the credential's queue scope (SPEC 1, L4)."""
-    rows = s.db.query(
-        f"SELECT {COLUMNS} {FROM} WHERE s.public_id = %s AND s.namespace_id = %s",
-        (schedule_id, s.namespace_id),
+    scope = _in_scope(s)
+    rows = (
+        []
+        if scope is None
+        else s.db.query(
+            f"SELECT {COLUMNS} {FROM} WHERE s.public_id = %s AND s.namespace_id = %s{scope[0]}",
+            [schedule_id, s.namespace_id, *scope[1]],
+        )
     )
-    if not rows or not _visible(s, rows, _queue_scope(s)):
+    if not rows:
         raise errors.NotFound("schedule not found")
     return rows[0]
 
@@ -79,26 +83,20 @@ def schedule_list(s) -> list[dict]:
     (L1; the first whatever its size): a schedule past it comes with its definition NULL and
     ``definition_omitted`` set, for its own read to answer. The queue scope is applied in the
     query, so that no definition is read here only to be dropped."""
-    where, args = "s.namespace_id = %s", [s.namespace_id]
-    allowed = _queue_scope(s)
-    if allowed is not None:
-        if not allowed:
-            return []
-        where += " AND JSON_UNQUOTE(JSON_EXTRACT(v.definition, '$.task.queue_id')) IN ({})".format(
-            ", ".join(["%s"] * len(allowed))
-        )
-        args += sorted(allowed)
+    scope = _in_scope(s)
+    if scope is None:
+        return []
     texts, budget = within_budget({"definition": "v.definition"}, "definition_omitted")
     return s.db.query(
         f"SELECT {HEAD}, {texts}"
         f" FROM (SELECT s.id, {running_size('LENGTH(v.definition)', 's.id')}"
-        f"  {FROM} WHERE {where}) w"
+        f"  {FROM} WHERE s.namespace_id = %s{scope[0]}) w"
         # From the window's ids to their rows by key, whatever the statistics say.
         " STRAIGHT_JOIN schedules s FORCE INDEX (PRIMARY) ON s.id = w.id"
         " STRAIGHT_JOIN schedule_versions v"
         " FORCE INDEX (PRIMARY) ON v.schedule_id = s.id AND v.version = s.current_version"
         " ORDER BY s.id",
-        [*budget, *args],
+        [*budget, s.namespace_id, *scope[1]],
     )
 
 
