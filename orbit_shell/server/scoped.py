@@ -18,15 +18,6 @@ from orbit_shell.server import queuecounts
 from orbit_shell.server.auth import Principal
 from orbit_shell.validation import MAX_BODY_BYTES
 
-# task_submit's answer repeats these columns as one JSON object (POST /v1/tasks answers from
-# it); keep both alike.
-TASK_COLUMNS = (
-    "t.id, t.public_id, q.public_id AS queue_public_id, t.queue_id, t.state, t.handler, "
-    "t.handler_version, t.payload_version, t.payload, t.business_key, t.concurrency_key, "
-    "t.priority, t.max_attempts, t.attempts_used, t.available_at, t.deadline_at, t.created_at, "
-    "t.updated_at, t.finished_at, t.result, t.error, t.schedule_version, t.fire_time, "
-    "s.public_id AS schedule_public_id"
-)
 # A list page's columns: what a summary shows (serialize.task_summary, the dashboard's lists),
 # without the payload, result and error a page of them would read and drop (L1: a page of 200
 # tasks of 1 MiB each was 200 MiB through one server worker).
@@ -34,6 +25,12 @@ TASK_LIST_COLUMNS = (
     "t.id, t.public_id, q.public_id AS queue_public_id, t.queue_id, t.state, t.handler, "
     "t.handler_version, t.business_key, t.concurrency_key, t.priority, t.created_at, "
     "t.updated_at, t.schedule_version, t.fire_time, s.public_id AS schedule_public_id"
+)
+# A task's own read: the summary and its detail. task_submit's answer repeats these columns
+# as one JSON object (POST /v1/tasks answers from it); keep both alike.
+TASK_COLUMNS = (
+    TASK_LIST_COLUMNS + ", t.payload_version, t.payload, t.max_attempts, t.attempts_used, "
+    "t.available_at, t.deadline_at, t.finished_at, t.result, t.error"
 )
 TASK_JOINS = "JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"
 TASK_FROM = f"FROM tasks t {TASK_JOINS}"
