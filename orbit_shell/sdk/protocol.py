@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from orbit_shell import validation
 from orbit_shell.sdk.models import ProtocolError, parse_token
@@ -113,15 +113,26 @@ class ProtocolGuard:
         return TaskEvent(attempt_id, wire["attempt_number"], info, token, wire["lease_expires_at"])
 
 
-def outcome_of(handler: Callable[[TaskEvent], Any] | None, event: TaskEvent) -> tuple:
-    """Run ``handler`` on ``event``: ``(outcome, retryable, result, error)`` to report.
+class Outcome(NamedTuple):
+    """What a worker reports of one attempt, and about how many bytes it adds to a report's
+    body (``report_bytes``), so that a report is cut before the body's bound."""
+
+    outcome: str
+    retryable: bool
+    result: Any
+    error: dict[str, str] | None
+    size: int
+
+
+def outcome_of(handler: Callable[[TaskEvent], Any] | None, event: TaskEvent) -> Outcome:
+    """Run ``handler`` on ``event``: the :class:`Outcome` to report.
 
     A returned JSON value is ``succeeded``; :class:`Retry` is a retryable failure;
     :class:`UnknownOutcome` is ``unknown`` (NEEDS_REVIEW); anything else raised, no handler
     for the task, or a result the server would refuse, is a final failure."""
     if handler is None:
         missing = f"no handler for {event.task.handler} {event.task.handler_version}"
-        return "failed", False, None, {"type": "NoHandler", "message": missing}
+        return _failed(False, {"type": "NoHandler", "message": missing})
     try:
         result = handler(event)
         # What the server would refuse must not go in a report: it would refuse the whole
@@ -139,16 +150,22 @@ def outcome_of(handler: Callable[[TaskEvent], Any] | None, event: TaskEvent) -> 
                 f"result is {len(text)} bytes of JSON; a report carries at most "
                 f"{validation.MAX_RESULT_BYTES}"
             )
-        return "succeeded", False, result, None
+        # Sized from the text just checked: a result is encoded once here, not again.
+        return Outcome("succeeded", False, result, None, report_bytes(text, None))
     except Retry as exc:
-        return "failed", True, None, _error("Retry", exc)
+        return _failed(True, _error("Retry", exc))
     except UnknownOutcome as exc:
-        return "unknown", False, None, _error("UnknownOutcome", exc)
+        error = _error("UnknownOutcome", exc)
+        return Outcome("unknown", False, None, error, report_bytes(None, error))
     except Exception as exc:  # noqa: BLE001 - a handler's failure is the task's result
         log.exception(
             "handler failed", extra={"action": "worker.handler", "attempt_id": event.attempt_id}
         )
-        return "failed", False, None, _error(type(exc).__name__, exc)
+        return _failed(False, _error(type(exc).__name__, exc))
+
+
+def _failed(retryable: bool, error: dict[str, str]) -> Outcome:
+    return Outcome("failed", retryable, None, error, report_bytes(None, error))
 
 
 def _error(kind: str, exc: BaseException) -> dict[str, str]:
@@ -160,9 +177,10 @@ def _error(kind: str, exc: BaseException) -> dict[str, str]:
     return {"type": kind, "message": message}
 
 
-def report_bytes(result: Any, error: Any) -> int:
-    """About how many bytes an outcome adds to a report's body: its result and error as JSON,
-    and the item's other fields (an attempt id, the outcome)."""
-    if result is None and error is None:
+def report_bytes(result_text: str | None, error: dict[str, str] | None) -> int:
+    """About how many bytes an outcome adds to a report's body: its result (the JSON text
+    ``outcome_of`` made of it, None for none) and error as JSON, and the item's other fields
+    (an attempt id, the outcome)."""
+    if result_text is None and error is None:
         return 160
-    return 160 + len(json.dumps(result)) + len(json.dumps(error))
+    return 160 + len(result_text or "null") + len(json.dumps(error))

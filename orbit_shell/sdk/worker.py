@@ -55,7 +55,6 @@ from orbit_shell.sdk.protocol import (
     TaskEvent,
     UnknownOutcome,
     outcome_of,
-    report_bytes,
 )
 from orbit_shell.sdk.transport import Hello, HttpTransport, Transport
 from orbit_shell.validation import BATCH_MAX, MAX_BODY_BYTES
@@ -430,14 +429,14 @@ class Worker:
 
     def _execute(self, event: TaskEvent) -> None:
         try:
-            outcome, retryable, result, error = outcome_of(
+            outcome = outcome_of(
                 self.handlers.get((event.task.handler, event.task.handler_version)), event
             )
         except BaseException:
             self._handler_done()
             self._release_slot(event)
             raise
-        self._reports.put((event, outcome, retryable, result, error, report_bytes(result, error)))
+        self._reports.put((event, *outcome))  # its size last, as the report loop reads it
         self._handler_done()
 
     def _release_slot(self, event: TaskEvent) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from orbit_shell import validation
@@ -74,15 +76,20 @@ def test_l2_a_result_the_server_would_refuse_is_a_final_failure_not_a_report():
     refuse the whole report and every outcome in it with this one: the SDK reports it as a
     failure of its own, with a message that says why."""
     event = ProtocolGuard(concurrency_keys=True).check(assign())
-    outcome, retryable, result, error = outcome_of(lambda e: {"ratio": float("nan")}, event)
+    outcome, retryable, result, error, _ = outcome_of(lambda e: {"ratio": float("nan")}, event)
     assert (outcome, retryable, result) == ("failed", False, None)
     assert error["type"] == "ValueError" and "not JSON" in error["message"]
     deep: object = 1
     for _ in range(validation.MAX_RESULT_DEPTH + 1):
         deep = [deep]
-    outcome, _, _, error = outcome_of(lambda e: deep, event)
+    outcome, _, _, error, _ = outcome_of(lambda e: deep, event)
     assert outcome == "failed" and "nests deeper" in error["message"]
-    assert outcome_of(lambda e: {"ratio": 0.5}, event) == ("succeeded", False, {"ratio": 0.5}, None)
+    assert outcome_of(lambda e: {"ratio": 0.5}, event)[:4] == (
+        "succeeded",
+        False,
+        {"ratio": 0.5},
+        None,
+    )
 
 
 def test_l2_a_result_or_error_too_large_for_a_report_never_reaches_one():
@@ -91,8 +98,9 @@ def test_l2_a_result_or_error_too_large_for_a_report_never_reaches_one():
     reported as it is."""
     event = ProtocolGuard(concurrency_keys=True).check(assign())
     fits = "x" * (validation.MAX_RESULT_BYTES - 2)  # and its two quotes
-    assert outcome_of(lambda e: fits, event) == ("succeeded", False, fits, None)
-    outcome, _, result, error = outcome_of(lambda e: fits + "x", event)
+    reported = outcome_of(lambda e: fits, event)
+    assert reported[:4] == ("succeeded", False, fits, None)
+    outcome, _, result, error, _ = outcome_of(lambda e: fits + "x", event)
     assert (outcome, result, error["type"]) == ("failed", None, "ValueError")
     assert error["message"] == (
         f"result is {validation.MAX_RESULT_BYTES + 1} bytes of JSON; "
@@ -102,10 +110,13 @@ def test_l2_a_result_or_error_too_large_for_a_report_never_reaches_one():
     def loud(e):
         raise Retry("r" * (validation.MAX_ERROR_CHARS + 5))
 
-    outcome, retryable, _, error = outcome_of(loud, event)
+    outcome, retryable, _, error, size = outcome_of(loud, event)
     assert (outcome, retryable, error["type"]) == ("failed", True, "Retry")
     assert error["message"] == (
         "r" * validation.MAX_ERROR_CHARS
         + f" [cut from {validation.MAX_ERROR_CHARS + 5} characters]"
     )
-    assert report_bytes(None, None) < report_bytes(fits, None) < validation.MAX_BODY_BYTES
+    # Each outcome carries the bytes it adds to a report, from the text it was checked as.
+    assert size == report_bytes(None, error) > report_bytes(None, None)
+    assert reported.size == report_bytes(json.dumps(fits), None) > validation.MAX_RESULT_BYTES
+    assert reported.size < validation.MAX_BODY_BYTES
