@@ -224,27 +224,17 @@ BEGIN
                                  GREATEST(CAST(v_app_max AS SIGNED) - CAST(v_app_active AS SIGNED), 0)));
     -- L1: the grants' payloads together stay within c_payload_budget, the first grant's
     -- whatever its size: the answer carries them all, and one server worker builds it while
-    -- the other requests it serves wait. The leading candidates that fit, in grant order.
+    -- the other requests it serves wait. The leading candidates that fit, in grant order: a
+    -- running total, as worker_hello pages its in-flight attempts.
     IF v_take > 1 THEN
       SELECT SUM(payload_bytes) INTO v_bytes FROM claim_picks_mem;
       IF v_bytes > c_payload_budget THEN
-        fit: BEGIN
-          DECLARE v_size INT UNSIGNED;
-          DECLARE v_end TINYINT DEFAULT 0;
-          DECLARE c_size CURSOR FOR SELECT payload_bytes FROM claim_picks_mem ORDER BY priority, task_id;
-          DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_end = 1;
-          SET v_bytes = 0, v_fit = 0;
-          OPEN c_size;
-          sizes: LOOP
-            FETCH c_size INTO v_size;
-            IF v_end = 1 OR v_fit >= v_take OR (v_fit > 0 AND v_bytes + v_size > c_payload_budget) THEN
-              LEAVE sizes;
-            END IF;
-            SET v_bytes = v_bytes + v_size, v_fit = v_fit + 1;
-          END LOOP;
-          CLOSE c_size;
-        END fit;
-        SET v_take = v_fit, v_cap = LEAST(v_cap, v_fit);
+        SELECT COUNT(*) INTO v_fit
+          FROM (SELECT ROW_NUMBER() OVER (ORDER BY priority, task_id) AS n,
+                       SUM(payload_bytes) OVER (ORDER BY priority, task_id) AS total
+                  FROM claim_picks_mem) w
+         WHERE w.n = 1 OR w.total <= c_payload_budget;
+        SET v_take = LEAST(v_take, v_fit), v_cap = LEAST(v_cap, v_take);
       END IF;
     END IF;
     IF v_take > 1 THEN
