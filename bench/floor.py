@@ -174,7 +174,7 @@ def run(dsn: str, threads: int, seconds: float, run_threads) -> dict[str, Any]:
 def call_costs(calls: dict[str, Any], count: int = 500) -> dict[str, float]:
     """mariadbd's CPU per call of each step of a cycle, from one thread on an otherwise idle
     server: ``count`` submissions, then as many claims of one, starts and results, each
-    step timed as a whole (the kernel counts CPU in 10 ms ticks, too coarse for one call).
+    step timed as a whole.
     ``calls`` maps each step to a function of the item's number, in cycle order."""
     pids = mariadbd_pids()
     out = {}

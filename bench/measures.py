@@ -162,14 +162,18 @@ def mariadbd_pids() -> list[int]:
 
 
 def db_cpu_seconds(pids: list[int]) -> float:
+    """CPU seconds the processes ``pids`` have used, every thread of each, live or ended; a
+    process that is gone counts nothing. Read from each process's scheduler clock, which
+    counts nanoseconds: /proc's utime and stime advance in 10 ms ticks, as coarse as 500
+    calls of the cheapest steps take together."""
     total = 0
     for pid in pids:
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            # The clock clock_getcpuclockid(3) names: the process's CPU time, all threads.
+            total += time.clock_gettime_ns(((~pid) << 3) | 2)
         except OSError:
             continue
-        total += int(stat[11]) + int(stat[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    return total / 1e9
 
 
 def key_turn_costs(turn, turns: int, keys: int) -> dict:

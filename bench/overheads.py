@@ -4,7 +4,7 @@ take), makes and empties a MEMORY temporary table the way the batch paths do, or
 by primary key, against the bare loop; and the empty helper CALLed by the client, a round trip
 each. Not Orbit's routines: a scratch database of their own
 (``bench/floor.py``'s), one connection, 100,000 iterations each (5,000 client CALLs), so that
-the kernel's 10 ms CPU ticks are a small part of each figure.
+what runs besides them in mariadbd is a small part of each figure.
 """
 
 from __future__ import annotations
