@@ -16,9 +16,10 @@ design, and Orbit's ratio to it what Orbit spends beyond them. Per change, beyon
 - claim: the session row locked for its free capacity and counted (W2), the queue's permit
   limit and the application's quota read (K5: one claim transaction reserves both), the
   recovery probe over the queue's expired leases (SPEC 3: recovery runs inside claims), a task
-  whose retry backoff has ended (SPEC 3), a public id, a number and a lease for the attempt,
-  its queue permit row (K5), and the answer W2 names: the attempt's id, number and lease, and
-  the task with what the worker dispatches on (handler and version, payload, its key: K3);
+  whose retry backoff has ended and whose total deadline has not passed (SPEC 3), a public id,
+  a number and a lease for the attempt, its queue permit row (K5), and the answer W2 names:
+  the attempt's id, number and lease, and the task with what the worker dispatches on
+  (handler and version, payload, its key: K3);
 - start: the session resolved by its public id, the attempt locked by its public id and
   checked (holder, state, lease), then as the floor;
 - result: as start, the result's fingerprint stored for the duplicate check, the permit row
@@ -158,6 +159,7 @@ DDL = (
       IF v_in_flight < v_capacity AND v_q_max IS NULL AND v_app_max IS NULL THEN
         SELECT id, attempts_used + 1 INTO v_task, v_number FROM {f}.spec_tasks
          WHERE queue = v_queue AND state = 'WAITING' AND available_at <= v_now
+           AND (deadline_at IS NULL OR deadline_at > v_now)
          ORDER BY priority, id LIMIT 1 FOR UPDATE SKIP LOCKED;
       END IF;
       IF v_task IS NOT NULL THEN

@@ -12,7 +12,8 @@ its own history row, committed before business code runs; here in the claim's tr
   SUCCEEDED with the result's fingerprint, both its permits deleted, a history row; each
   freed key's holder cleared and its next parked task (priority, then age, read through an
   index on the key: K8, no scan) made claimable; then the claim of the queue's best
-  claimable tasks in priority order (W2), each keyed one granted only where its key has no
+  claimable tasks in priority order (W2), those whose backoff has ended and whose total
+  deadline has not passed (SPEC 3), each keyed one granted only where its key has no
   holder, with a new attempt (public id, lease), its queue and key permits (K5), the key's
   token raised and persisted (K7), and each grant started: attempt and task RUNNING, with
   two history rows carrying the token (claimed, started); the answer is the assignments.
@@ -143,7 +144,8 @@ DDL = (
       SET v_n = LEAST(p_max, v_capacity - v_in_flight + v_n);
       SELECT JSON_ARRAYAGG(id) INTO v_claim
         FROM (SELECT id FROM {{f}}.kt FORCE INDEX (ix_claim)
-               WHERE queue = v_queue AND state = 'WAITING'
+               WHERE queue = v_queue AND state = 'WAITING' AND available_at <= v_now
+                 AND (deadline_at IS NULL OR deadline_at > v_now)
                ORDER BY priority, id LIMIT v_n FOR UPDATE SKIP LOCKED) c;
       IF v_claim IS NOT NULL THEN
         INSERT INTO {{f}}.ka (public_id, task, queue, session, resource, token, state,
