@@ -27,7 +27,8 @@ design, and Orbit's ratio to it what Orbit spends beyond them. Per change, beyon
   `{attempt, task}`).
 
 Left out, as no design needs them on this path: keys, tokens, limits that are not set, the
-namespace gates, more than one queue a session, fairness across sessions, and the task
+namespace gates, more than one queue a session, fairness across sessions (a claim of one has
+nothing to share; ``bench/spec_floor_keys.py``'s claims of several share), and the task
 detail Orbit's answers carry beyond what SPEC names (queue, payload version, business key,
 priority, attempts, deadline, times).
 """

@@ -13,16 +13,16 @@ its own history row, committed before business code runs; here in the claim's tr
   freed key's holder cleared and its next parked task (priority, then age, read through an
   index on the key: K8, no scan) made claimable; then the claim of the queue's best
   claimable tasks in priority order (W2), those whose backoff has ended and whose total
-  deadline has not passed (SPEC 3), each keyed one granted only where its key has no
+  deadline has not passed (SPEC 3), shared with the queue's idle sessions (W2: fair across
+  worker nodes), each keyed one granted only where its key has no
   holder, with a new attempt (public id, lease), its queue and key permits (K5), the key's
   token raised and persisted (K7), and each grant started: attempt and task RUNNING, with
   two history rows carrying the token (claimed, started); the answer is the assignments.
 
-Left out, as in ``bench/spec_floor.py``: the namespace gates, limits that are not set, more
-than one queue a session, fairness across sessions, a second route for single items, the
-task detail Orbit's answers carry beyond a few columns, and every error answer but the
-call's own (an item that is not the session's refuses the whole call here, where Orbit
-answers each item).
+Left out, as in ``bench/spec_floor.py``: the namespace gates, limits that are not set, more than
+one queue a session, a second route for single items, the task detail Orbit's answers carry
+beyond a few columns, and every error answer but the call's own (an item that is not the
+session's refuses the whole call here, where Orbit answers each item).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ DDL = (
     " ENGINE=InnoDB COMMENT='SPEC key floor: queues'",
     "CREATE TABLE {f}.ks (id BIGINT UNSIGNED PRIMARY KEY, public_id CHAR(32) NOT NULL UNIQUE,"
     " queue BIGINT UNSIGNED NOT NULL, capacity INT NOT NULL, in_flight INT NOT NULL,"
-    " last_seen DATETIME(6) NOT NULL) ENGINE=InnoDB COMMENT='SPEC key floor: worker sessions'",
+    " last_seen DATETIME(6) NOT NULL, KEY ix_seen (queue, last_seen))"
+    " ENGINE=InnoDB COMMENT='SPEC key floor: worker sessions'",
     "CREATE TABLE {f}.kk (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,"
     " namespace_id BIGINT UNSIGNED NOT NULL, concurrency_key VARCHAR(191) NOT NULL,"
     " token BIGINT UNSIGNED NOT NULL, holder BIGINT UNSIGNED NULL,"
@@ -86,6 +87,7 @@ DDL = (
       DECLARE v_claim TEXT;
       DECLARE v_first BIGINT UNSIGNED DEFAULT 0;
       DECLARE v_granted INT DEFAULT 0;
+      DECLARE v_idle INT;
       DECLARE v_now DATETIME(6);
       DECLARE v_who VARCHAR(200) DEFAULT CONCAT('session:', p_session);
       DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -142,6 +144,12 @@ DDL = (
       END IF;
       -- The claim: the queue's best claimable tasks, in priority order (W2).
       SET v_n = LEAST(p_max, v_capacity - v_in_flight + v_n);
+      -- Fair across worker nodes (W2): a claim of several shares them with the queue's other
+      -- sessions seen lately with nothing in flight.
+      SELECT COUNT(*) INTO v_idle FROM {{f}}.ks FORCE INDEX (ix_seen)
+       WHERE queue = v_queue AND last_seen >= v_now - INTERVAL 5 SECOND
+         AND id <> v_session AND in_flight = 0;
+      SET v_n = CEIL(v_n / (1 + v_idle));
       SELECT JSON_ARRAYAGG(id) INTO v_claim
         FROM (SELECT id FROM {{f}}.kt FORCE INDEX (ix_claim)
                WHERE queue = v_queue AND state = 'WAITING' AND available_at <= v_now
