@@ -482,7 +482,7 @@ def finish(results: dict) -> None:
             + ", ".join(f"{part} {took:.0f}" for part, took in ran["part_seconds"].items()),
             flush=True,
         )
-        ran["targets"] = targets.summary(ran)
+        ran["targets"] = targets.summary(ran, None if ran is results else results)
         prefix = "" if ran is results else "production: "
         print("\n".join(prefix + line for line in targets.text(ran["targets"]).splitlines()))
     out = ROOT / "bench" / "results" / (time.strftime("%Y%m%dT%H%M%S") + ".json")
