@@ -266,6 +266,7 @@ def e2e(
     elapsed = finished - started
     return {
         "scenario": name,
+        "producers": producers,
         "submit_batch": batch,
         "capacity": capacity,
         "prefetch": prefetch,

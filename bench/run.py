@@ -302,17 +302,17 @@ def run_blocked(bench: Bench, args, parts: set[str], results: dict, began: dict)
             )
 
 
-def submit_floor(bench: Bench, dsn: str, url: str, tasks: int) -> dict:
+def submit_floor(bench: Bench, dsn: str, url: str, tasks: int, producers: int) -> dict:
     """Single submissions with no worker running, from the same producers: to Orbit (a fresh
     queue), then to the HTTP floor (bench/http_floor.py) on the same database server."""
     client = Client(url, bench.token)
     queue = client.create_queue(f"only-{secrets.token_hex(3)}").queue_id
     client.close()
-    orbit = http_floor.submit_only(url, bench.token, queue, tasks, 8, run_threads)
+    orbit = http_floor.submit_only(url, bench.token, queue, tasks, producers, run_threads)
     scratch = floor.install(dsn)
     proc, floor_url = http_floor.start(dsn, scratch, workers=4)
     try:
-        low = http_floor.submit_only(floor_url, bench.token, queue, tasks, 8, run_threads)
+        low = http_floor.submit_only(floor_url, bench.token, queue, tasks, producers, run_threads)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -385,7 +385,7 @@ def run_served(
                                 name,
                                 count,
                                 keys,
-                                producers=8,
+                                producers=args.producers,
                                 workers=2,
                                 capacity=capacity,
                                 batch=batch,
@@ -398,7 +398,7 @@ def run_served(
                     if scenarios is None or name in scenarios
                 ]
                 if scenarios is None or "unbatched" in scenarios:
-                    results["submit_only"] = submit_floor(bench, dsn, url, n // 4)
+                    results["submit_only"] = submit_floor(bench, dsn, url, n // 4, args.producers)
                 children = subprocess.run(
                     ["pgrep", "-P", str(proc_server.pid)], capture_output=True, text=True
                 ).stdout.split()
@@ -450,7 +450,7 @@ def run_served(
         if "submit_only" in results:
             only = results["submit_only"]
             print(
-                "single submissions, no worker running (8 producers): "
+                f"single submissions, no worker running ({args.producers} producers): "
                 + "; ".join(
                     f"{label} {r['per_s']:.0f}/s, CPU {r['cpu_ms_per_task']:.2f} ms a task "
                     f"({r['cpu_busy_pct']:.0f}% busy; mariadbd "
@@ -524,6 +524,12 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
         "--capacity", type=int, default=100, help="capacity of each e2e SDK worker process"
     )
     parser.add_argument(
+        "--producers",
+        type=int,
+        default=8,
+        help="e2e producer threads, each with one request in flight (the targets' shape is 8)",
+    )
+    parser.add_argument(
         "--batch", type=int, default=100, help="tasks per submission request of the e2e producers"
     )
     parser.add_argument(
@@ -538,6 +544,8 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     args = parser.parse_args()
     if not 1 <= args.threads <= 64:
         parser.error("--threads must be 1-64 (the ceiling updates one of 64 rows per thread)")
+    if not 1 <= args.producers <= 64:
+        parser.error("--producers must be 1-64")
     if not 0 <= args.flush_delay_ms <= 1000:
         parser.error("--flush-delay-ms must be 0-1000")
     if os.environ.get("ORBIT_MYSQL_DSN") and (args.binlog or args.flush_delay_ms):

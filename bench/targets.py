@@ -44,6 +44,12 @@ def _key_turn_floor(results: dict[str, Any]) -> str:
     return ""
 
 
+def _targets_shape(run: dict[str, Any]) -> bool:
+    """The e2e rate targets are for 8 producers (``bench/run.py --producers``); a run with
+    more or fewer measures something else, and says so instead of met or not."""
+    return run.get("producers", 8) == 8
+
+
 def summary(results: dict[str, Any], default: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The target rows of one profile's results; ``default``, for the production profile, is
     the default server's results of the same invocation, which its single submissions are
@@ -100,25 +106,34 @@ def summary(results: dict[str, Any], default: dict[str, Any] | None = None) -> l
                         ],
                     )
                 )
-            rows.append(
-                _row(f"e2e {name}", f"{rate:,.0f} tasks/s", f">= {wanted:,}", rate >= wanted, note)
-            )
+            met = rate >= wanted if _targets_shape(run) else None
+            if met is None:
+                note = f"{run['producers']} producers, the targets are for 8; {note}"
+            rows.append(_row(f"e2e {name}", f"{rate:,.0f} tasks/s", f">= {wanted:,}", met, note))
     # In production, single submissions keep 0.8x of the default server's rate in the same
     # invocation (their lines' 400 and 500 a second): a synced binary log costs each commit a
-    # flush, and must not serialise a tenant's writers again.
+    # flush, and must not serialise a tenant's writers again. Beside it, what the HTTP floor's
+    # single submissions keep (no worker running, the same producers): each producer has one
+    # request in flight, so a commit's flush lengthens every request, whatever the design.
     ours = by_name.get("unbatched")
     theirs = {r["scenario"]: r for r in (default or {}).get("e2e", [])}.get("unbatched")
     if production and ours and theirs:
         kept = ours["tasks_per_s"] / theirs["tasks_per_s"]
+        note = f"{ours['tasks_per_s']:,.0f} against {theirs['tasks_per_s']:,.0f} tasks/s"
+        low, high = results.get("submit_only"), (default or {}).get("submit_only")
+        if low and high:
+            note += (
+                "; single submissions with no worker, Orbit "
+                f"{low['orbit']['per_s'] / high['orbit']['per_s']:.2f}x, "
+                f"the HTTP floor {low['floor']['per_s'] / high['floor']['per_s']:.2f}x"
+            )
+        met = kept >= 0.8 if _targets_shape(ours) and _targets_shape(theirs) else None
+        if met is None:
+            note = f"{ours['producers']} producers, the target is for 8; {note}"
         rows.append(
-            _row(
-                "e2e unbatched against the default server's, same invocation",
-                f"{kept:.2f}x",
-                ">= 0.8x",
-                kept >= 0.8,
-                f"{ours['tasks_per_s']:,.0f} against {theirs['tasks_per_s']:,.0f} tasks/s",
-            )  # fmt: skip
-        )
+            _row("e2e unbatched against the default server's, same invocation",
+                 f"{kept:.2f}x", ">= 0.8x", met, note)
+        )  # fmt: skip
     if results.get("blocked"):
         base, last = results["blocked"][0], results["blocked"][-1]
         times = last["claim_p99_ms"] / base["claim_p99_ms"]
