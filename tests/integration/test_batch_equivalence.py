@@ -62,9 +62,10 @@ PLAIN_OUTCOMES = {
 }
 
 
-def run(client, tenant, batch: bool, claim_starts: bool = False) -> dict:
+def run(client, tenant, batch: bool, claim_starts: bool = False, pad: str = "") -> dict:
     """The scenario through the single routes or the batch routes; with ``claim_starts`` the
-    claims start what they grant, and the starts that follow are repeats (harmless)."""
+    claims start what they grant, and the starts that follow are repeats (harmless); with
+    ``pad`` every result and error text carries it as well."""
     post = lambda path, body: client.simulate_post(path, headers=tenant.headers, json=body)  # noqa: E731
     if batch:
         items = [
@@ -113,7 +114,8 @@ def run(client, tenant, batch: bool, claim_starts: bool = False) -> dict:
             (r.status_code, r.json.get("data", {}).get("state"))
             for r in (session.start(a) for a in starts)
         ]
-    reported = report(post, session, batch, [(attempt_of[k], body) for k, body in OUTCOMES])
+    outcomes = [(k, padded(body, pad)) for k, body in OUTCOMES]
+    reported = report(post, session, batch, [(attempt_of[k], body) for k, body in outcomes])
 
     again = {
         tasks_key(tasks, a["task"]["task_id"]): a["attempt_id"]
@@ -157,6 +159,13 @@ def report(post, session, batch: bool, results: list[tuple[str, dict]]) -> list[
             )
         )
     return answers
+
+
+def padded(body: dict, pad: str) -> dict:
+    """The outcome with ``pad`` added to its result and error objects."""
+    if not pad:
+        return body
+    return {k: {**v, "pad": pad} if k in ("result", "error") else v for k, v in body.items()}
 
 
 def tasks_key(tasks: dict, public_id: str) -> str:
@@ -224,16 +233,24 @@ def snapshot(database, tenant, outcome: dict) -> dict:
     }
 
 
-@pytest.mark.parametrize("quotas", [False, True], ids=["unlimited", "quotas"])
-def test_batch_routes_leave_what_the_single_routes_leave(client, database, tenant_factory, quotas):
+@pytest.mark.parametrize(
+    "quotas, pad",
+    [(False, ""), (True, ""), (False, 'é "q" \\ 😀\n' * 160)],
+    ids=["unlimited", "quotas", "long-texts"],
+)
+def test_batch_routes_leave_what_the_single_routes_leave(
+    client, database, tenant_factory, quotas, pad
+):
     """Both routes alike, without quotas (no counters kept) and under quotas far above what the
-    scenario reaches (the application's counters kept, and compared)."""
+    scenario reaches (the application's counters kept, and compared); and with texts long
+    enough that the batch reads its group's texts in one statement (result_texts) rather
+    than one scan of the batch each."""
     single, batched = tenant_factory(), tenant_factory()
     if quotas:
         for t in (single, batched):
             database.call("application_set_quota", t.application, 10**6, 10**6)
-    one = snapshot(database, single, run(client, single, batch=False))
-    many = snapshot(database, batched, run(client, batched, batch=True))
+    one = snapshot(database, single, run(client, single, batch=False, pad=pad))
+    many = snapshot(database, batched, run(client, batched, batch=True, pad=pad))
     # The scenario reached what it is about (so the comparison is not of two empty runs).
     assert [s for s, _, _ in one["answers"]["submitted"]] == [201] * 11 + [200, 409, 201, 201]
     # s1 promoted when s0 succeeded, r2 (priority 1) before r3 when r1 backed off: both

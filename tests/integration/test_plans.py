@@ -110,16 +110,24 @@ def disk_tables(conn) -> int:
         return int(cur.fetchone()["Value"])
 
 
-@pytest.mark.parametrize("texts", [False, True], ids=["no-texts", "texts"])
+# Each long text: past attempt_result_apply's bound (texts x batch bytes over 16 KiB), so the
+# batch's texts are read into result_texts in one statement instead of one scan each.
+LONG = 'é "q" \\ 😀\n' * 160
+
+
+@pytest.mark.parametrize("texts", ["", "short", "long"], ids=["no-texts", "texts", "long-texts"])
 def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
     """MariaDB's in-memory internal temporary tables hold no TEXT: a join sorted by a column of
     its second table (the submission's payload rode along) and a multi-table UPDATE carrying
     result or error text each made on-disk ones, a fifth of the call's time (and the latter
     crashed a freshly promoted MariaDB 10.11 in their error path). Submissions always carry
-    a payload; results carry no text (the no-op handler's case) or a result and an error."""
+    a payload; results carry no text (the no-op handler's case), a result and an error, or
+    long ones, which the procedure reads out of the batch in one statement (result_texts):
+    the texts land the same either way."""
     database, tenant = young
     [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
     sid, ns = session_on(database, tenant, "disk", 10), tenant.namespace_id
+    pad = LONG if texts == "long" else ""
     conn = db.connect(database.dsn)
     made = {}
     try:
@@ -139,20 +147,26 @@ def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
                 "attempt_id": a,
                 "outcome": o,
                 "retryable": r,
-                "result": f'{{"n": {n}}}' if texts and o == "succeeded" else "",
-                "error": f"boom {n}" if texts and o == "failed" else "",
+                "result": f'{{"n": {n}}}' + pad if texts and o == "succeeded" else "",
+                "error": f"boom {n}" + pad if texts and o == "failed" else "",
             }
             for n, (a, (o, r)) in enumerate(
                 zip(ids, itertools.cycle([("succeeded", 0), ("failed", 1), ("failed", 0)]))
             )
         ]
         before = disk_tables(conn)
-        _, answers = call_reads(conn, "attempt_result_many", ns, sid, json.dumps(outcomes))
+        _, answers = call_reads(
+            conn, "attempt_result_many", ns, sid, json.dumps(outcomes, ensure_ascii=False)
+        )
         made["result"] = disk_tables(conn) - before
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) AS n FROM result_texts")
+            read_apart = cur.fetchone()["n"]
     finally:
         conn.close()
     assert len(ids) >= 6 and [a["item_error"] for a in answers] == [None] * len(ids)
     assert made == {"submit": 0, "claim": 0, "start": 0, "result": 0}
+    assert read_apart == (len(ids) if texts == "long" else 0)
     # The texts landed where attempt_result_one puts them: the attempt keeps both, the task
     # its result when it succeeded and its error otherwise (a retry's too).
     stored = database.query(
