@@ -60,7 +60,7 @@ BEGIN
   DECLARE v_text_seqs TEXT DEFAULT '';
   DECLARE v_grouped TINYINT DEFAULT 0;
   DECLARE v_texted TINYINT DEFAULT 0;
-  DECLARE v_texts_read TINYINT DEFAULT 0;
+  DECLARE v_items_read TINYINT DEFAULT 0;
   DECLARE v_attempt BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(10);
   DECLARE v_result MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
@@ -167,24 +167,6 @@ BEGIN
                        OR v_now + INTERVAL ROUND(f.delay * 1000000) MICROSECOND < t.deadline_at));
       SET v_done = v_done + ROW_COUNT();
     END IF;
-    IF v_texts > 1 AND v_texts * LENGTH(p_items) > 16384 THEN
-      -- The texts of the group's items that carry any, read out of the batch in one statement
-      -- (result_texts). Read in the loop below instead, each item's JSON_EXTRACT scans the
-      -- batch from its start, about v_texts * LENGTH / 2 bytes in all: a batch of 100 results
-      -- with small texts spent 6.5 of its 19 ms there. Below the bound the scans cost less
-      -- than this statement (about 0.08 ms; sql/README.md, "No TEXT through an internal
-      -- temporary table"). The JSON columns and the expressions are the loop's, so the text
-      -- is the same either way.
-      DELETE FROM result_texts;
-      INSERT INTO result_texts (seq, result, error)
-      SELECT f.seq, IF(JSON_TYPE(j.result) = 'NULL', NULL, NULLIF(JSON_UNQUOTE(j.result), '')),
-             IF(JSON_TYPE(j.error) = 'NULL', NULL, NULLIF(JSON_UNQUOTE(j.error), ''))
-        FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
-               seq FOR ORDINALITY, result JSON PATH '$.result', error JSON PATH '$.error')) j
-        STRAIGHT_JOIN result_items_mem f ON f.seq = j.seq - 1
-       WHERE f.texts = 1;
-      SET v_texts_read = 1;
-    END IF;
     -- Joins run from the group's rows to the tables (STRAIGHT_JOIN): the optimizer has no
     -- statistics for a temporary table and must not start from a large table. The texts are
     -- not part of this statement (they are written by key in the item loop below): a
@@ -271,31 +253,33 @@ BEGIN
   -- The items in order: the group's that carry a text get it written, each row by its primary
   -- key (rows this call holds already); every other item goes through attempt_result_one.
   SET v_n = JSON_LENGTH(p_items);
+  -- What the loop reads of the batch, the items outside the group and the group's texts, read
+  -- apart when many (only then called: a helper's argument is a copy of the batch).
+  IF v_n - v_fast + v_texts > 1 THEN
+    CALL batch_items_read(p_items, v_n - v_fast + v_texts, v_items_read);
+  END IF;
   WHILE v_i < v_n AND (v_fast < v_n OR v_texts > 0) DO  -- nothing left for the group's rest
     SET v_grouped = v_fast > 0 AND FIND_IN_SET(v_i, v_fast_seqs) > 0;
     SET v_texted = v_grouped AND FIND_IN_SET(v_i, v_text_seqs) > 0;
-    IF (v_texted AND NOT v_texts_read) OR NOT v_grouped THEN
-      -- The item read out of the batch once: each JSON_EXTRACT over the whole batch reads all
-      -- of it again (~0.1 ms at 100 items on MariaDB, which keeps JSON as text); a field per
-      -- call made the per-item path cost half its time parsing (bench/README.md).
-      SET v_item = JSON_EXTRACT(p_items, CONCAT('$[', v_i, ']'));
-      SET v_result = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.result')) = 'NULL', NULL,
-                        NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.result')), '')),
-          v_text = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.error')) = 'NULL', NULL,
-                      NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.error')), ''));
+    IF v_texted OR NOT v_grouped THEN
+      -- The item read out of the batch once, its fields then out of it: each JSON_EXTRACT
+      -- over the whole batch reads all of it again up to the item (batch_items_read); a field
+      -- per call made the per-item path cost half its time parsing (bench/README.md).
+      IF v_items_read THEN
+        SELECT item, result, error INTO v_item, v_result, v_text FROM batch_items WHERE seq = v_i;
+      ELSE
+        SET v_item = JSON_EXTRACT(p_items, CONCAT('$[', v_i, ']'));
+        SET v_result = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.result')) = 'NULL', NULL,
+                          NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.result')), '')),
+            v_text = IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.error')) = 'NULL', NULL,
+                        NULLIF(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.error')), ''));
+      END IF;
     END IF;
     IF v_texted THEN
       -- task_finish's effects for SUCCEEDED (the result kept) and FAILED (the error kept); a
       -- retry waits with its error kept, as task_enter_lane puts it.
-      IF v_texts_read THEN
-        SELECT f.attempt_id, f.task_id, f.state, x.result, x.error
-          INTO v_attempt, v_task, v_state, v_result, v_text
-          FROM result_items_mem f STRAIGHT_JOIN result_texts x ON x.seq = f.seq
-         WHERE f.seq = v_i;
-      ELSE
-        SELECT attempt_id, task_id, state INTO v_attempt, v_task, v_state
-          FROM result_items_mem WHERE seq = v_i;
-      END IF;
+      SELECT attempt_id, task_id, state INTO v_attempt, v_task, v_state
+        FROM result_items_mem WHERE seq = v_i;
       UPDATE attempts SET result = v_result, error = v_text WHERE id = v_attempt;
       UPDATE tasks
          SET result = IF(v_state = 'SUCCEEDED', COALESCE(v_result, result), result),

@@ -19,14 +19,6 @@ BEGIN
   CREATE TEMPORARY TABLE IF NOT EXISTS result_next_mem (
     resource_id BIGINT UNSIGNED NOT NULL PRIMARY KEY, next_task BIGINT UNSIGNED NOT NULL
   ) ENGINE=MEMORY;
-  -- The texts of a group's items, when several carry one (attempt_result_apply): InnoDB, as
-  -- the in-memory engine holds no TEXT. Emptied where it is filled, so a batch without texts
-  -- never touches it.
-  CREATE TEMPORARY TABLE IF NOT EXISTS result_texts (
-    seq INT NOT NULL PRIMARY KEY,
-    result MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
-    error MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL
-  ) ENGINE=InnoDB;
   DELETE FROM result_items_mem;
   DELETE FROM result_next_mem;
 END

@@ -65,12 +65,21 @@ PLAIN_OUTCOMES = {
 def run(client, tenant, batch: bool, claim_starts: bool = False, pad: str = "") -> dict:
     """The scenario through the single routes or the batch routes; with ``claim_starts`` the
     claims start what they grant, and the starts that follow are repeats (harmless); with
-    ``pad`` every result and error text carries it as well."""
+    ``pad`` every payload, result and error carries it as well."""
     post = lambda path, body: client.simulate_post(path, headers=tenant.headers, json=body)  # noqa: E731
+    submissions = [
+        (
+            key,
+            {**fields, "payload": {**fields.get("payload", {"n": 1}), "pad": pad}}
+            if pad
+            else fields,
+        )
+        for key, fields in SUBMISSIONS
+    ]
     if batch:
         items = [
             {"idempotency_key": key, **task_body(tenant.queue_id, **fields)}
-            for key, fields in SUBMISSIONS
+            for key, fields in submissions
         ]
         submitted = [
             (r["status"], r.get("data", {}).get("task_id"), r.get("error", {}).get("code"))
@@ -78,7 +87,7 @@ def run(client, tenant, batch: bool, claim_starts: bool = False, pad: str = "") 
         ]
     else:
         submitted = []
-        for key, fields in SUBMISSIONS:
+        for key, fields in submissions:
             r = submit(client, tenant, key, None, **fields)
             submitted.append(
                 (
@@ -88,7 +97,7 @@ def run(client, tenant, batch: bool, claim_starts: bool = False, pad: str = "") 
                 )
             )
     tasks = {
-        key: task for (key, _), (_, task, _) in zip(SUBMISSIONS, submitted, strict=True) if task
+        key: task for (key, _), (_, task, _) in zip(submissions, submitted, strict=True) if task
     }
 
     session = Session(client, tenant, capacity=20)
@@ -242,9 +251,9 @@ def test_batch_routes_leave_what_the_single_routes_leave(
     client, database, tenant_factory, quotas, pad
 ):
     """Both routes alike, without quotas (no counters kept) and under quotas far above what the
-    scenario reaches (the application's counters kept, and compared); and with texts long
-    enough that the batch reads its group's texts in one statement (result_texts) rather
-    than one scan of the batch each."""
+    scenario reaches (the application's counters kept, and compared); and with payloads and
+    texts long enough that each batch's item loop reads its items from batch_items rather
+    than each out of the batch (batch_items_read)."""
     single, batched = tenant_factory(), tenant_factory()
     if quotas:
         for t in (single, batched):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 
+import pymysql
 import pytest
 
 from orbit_shell.engine import db, schema
@@ -110,8 +111,21 @@ def disk_tables(conn) -> int:
         return int(cur.fetchone()["Value"])
 
 
-# Each long text: past attempt_result_apply's bound (texts x batch bytes over 16 KiB), so the
-# batch's texts are read into result_texts in one statement instead of one scan each.
+def items_read_apart(conn) -> int:
+    """The items this connection's last long batch had read into batch_items (0: none ever,
+    batch_items_read makes the table only when it fills it)."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute("SELECT COUNT(*) AS n FROM batch_items")
+        except pymysql.err.ProgrammingError as exc:
+            if exc.args[0] != 1146:  # no such table
+                raise
+            return 0
+        return cur.fetchone()["n"]
+
+
+# Each long text: past batch_items_read's bound (reads x batch bytes over 16 KiB), so the
+# result loop reads its items from batch_items instead of each out of the batch.
 LONG = 'é "q" \\ 😀\n' * 160
 
 
@@ -122,8 +136,8 @@ def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
     result or error text each made on-disk ones, a fifth of the call's time (and the latter
     crashed a freshly promoted MariaDB 10.11 in their error path). Submissions always carry
     a payload; results carry no text (the no-op handler's case), a result and an error, or
-    long ones, which the procedure reads out of the batch in one statement (result_texts):
-    the texts land the same either way."""
+    long ones, whose items the procedure reads out of the batch in one statement
+    (batch_items_read): the texts land the same either way."""
     database, tenant = young
     [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
     sid, ns = session_on(database, tenant, "disk", 10), tenant.namespace_id
@@ -159,9 +173,7 @@ def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
             conn, "attempt_result_many", ns, sid, json.dumps(outcomes, ensure_ascii=False)
         )
         made["result"] = disk_tables(conn) - before
-        with conn.cursor() as cur:
-            cur.execute("SELECT COUNT(*) AS n FROM result_texts")
-            read_apart = cur.fetchone()["n"]
+        read_apart = items_read_apart(conn)
     finally:
         conn.close()
     assert len(ids) >= 6 and [a["item_error"] for a in answers] == [None] * len(ids)
@@ -315,3 +327,41 @@ def test_a_claim_and_its_probe_read_per_queue_not_per_history(young):
         probe_reads,
         recover_reads,
     )
+
+
+@pytest.mark.parametrize("count, payload_chars", [(4, 10), (10, 1500)], ids=["short", "long"])
+def test_a_batch_sent_again_answers_every_item_as_a_replay(young, count, payload_chars):
+    """A batch of submissions sent again (a client's retry after a lost answer) takes the item
+    loop whole: every item is a replay of its first acceptance. A long batch's loop reads its
+    items from batch_items, read in one statement, instead of scanning the batch for each
+    (batch_items_read: once the loop's reads x the batch's bytes pass 16 KiB); either way the
+    answers are the first call's tasks, not created."""
+    database, tenant = young
+    [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
+    items = [
+        submit_item(
+            queue["id"],
+            f"again/{n % 3}" if n % 2 else "",
+            payload=json.dumps({"p": "é" * payload_chars, "n": n}, ensure_ascii=False),
+        )
+        for n in range(count)
+    ]
+    body = json.dumps(items, ensure_ascii=False)
+    conn = db.connect(database.dsn)
+    try:
+        _, first = call_reads(conn, "task_submit_many", tenant.namespace_id, "t", body)
+        _, again = call_reads(conn, "task_submit_many", tenant.namespace_id, "t", body)
+        read_apart = items_read_apart(conn)
+    finally:
+        conn.close()
+    assert [(r["item_error"], r["created"]) for r in first] == [(None, 1)] * count
+    assert [(r["item_error"], r["created"]) for r in again] == [(None, 0)] * count
+    assert [r["task_id"] for r in again] == [r["task_id"] for r in first]
+    assert read_apart == (count if count * len(body.encode()) > 16384 else 0)
+    assert (count, read_apart) in ((4, 0), (10, 10))  # one batch on each side of the bound
+    [stored] = database.query(
+        'SELECT COUNT(*) AS n, SUM(payload LIKE \'{"p": "é%%\') AS kept FROM tasks'
+        " WHERE namespace_id = %s",
+        (tenant.namespace_id,),
+    )
+    assert (stored["n"], stored["kept"]) == (count, count)
