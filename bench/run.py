@@ -113,7 +113,8 @@ def run_procedure(
         proc, per_app = alternated(bench, args.threads, seconds)
         batched = bench.procedure_batched(args.threads, seconds)
         for part in (proc, per_app, batched):
-            # tasks/s against ceiling / commits per task: the procedure-level bound
+            # tasks/s against ceiling / commits per task: printed beside the target, which is
+            # read against the floor cycle (on a fast disk the ceiling counts CPU, not commits)
             part["ratio_to_ceiling_bound"] = (
                 part["tasks_per_s"] * part["commits_per_task"] / ceiling
             )
@@ -125,8 +126,7 @@ def run_procedure(
         print(
             f"procedure: {proc['tasks_per_s']:.0f} tasks/s, "
             f"{proc['commits_per_task']:.2f} commits/task, "
-            f"{proc['ratio_to_ceiling_bound']:.2f} of ceiling/commits (target >= 0.6); "
-            + locks_text(proc),
+            f"{proc['ratio_to_ceiling_bound']:.2f} of ceiling/commits; " + locks_text(proc),
             flush=True,
         )
         print(
