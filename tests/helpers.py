@@ -8,6 +8,11 @@ from typing import Any
 from orbit_shell.engine import db
 from orbit_shell.server import auth
 
+# A text long enough that a batch of a few items carrying it passes batch_items_read's bound
+# (the loop's reads x the batch's bytes over 16 KiB), so the batch procedures read their
+# items from batch_items; with quotes, a backslash, a newline and characters beyond ASCII.
+LONG_TEXT = 'é "q" \\ 😀\n' * 160
+
 
 def task_body(queue_id: str, **fields: Any) -> dict[str, Any]:
     body = {

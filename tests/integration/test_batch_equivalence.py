@@ -18,7 +18,7 @@ import re
 import pytest
 
 from tests.engine import QUEUE_COUNTS
-from tests.helpers import Session, submit, task_body
+from tests.helpers import LONG_TEXT, Session, submit, task_body
 
 SUBMISSIONS = [
     # A leading run of new tasks: the set-based path of task_submit_many.
@@ -244,7 +244,7 @@ def snapshot(database, tenant, outcome: dict) -> dict:
 
 @pytest.mark.parametrize(
     "quotas, pad",
-    [(False, ""), (True, ""), (False, 'é "q" \\ 😀\n' * 160)],
+    [(False, ""), (True, ""), (False, LONG_TEXT)],
     ids=["unlimited", "quotas", "long-texts"],
 )
 def test_batch_routes_leave_what_the_single_routes_leave(

@@ -21,6 +21,7 @@ from orbit_shell.engine import db, schema
 from orbit_shell.engine.db import Database
 from tests.conftest import make_tenant
 from tests.engine import call_reads, submit_item, succeeded_items
+from tests.helpers import LONG_TEXT
 
 BATCH = 50
 KEYS = 500
@@ -124,11 +125,6 @@ def items_read_apart(conn) -> int:
         return cur.fetchone()["n"]
 
 
-# Each long text: past batch_items_read's bound (reads x batch bytes over 16 KiB), so the
-# result loop reads its items from batch_items instead of each out of the batch.
-LONG = 'é "q" \\ 😀\n' * 160
-
-
 @pytest.mark.parametrize("texts", ["", "short", "long"], ids=["no-texts", "texts", "long-texts"])
 def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
     """MariaDB's in-memory internal temporary tables hold no TEXT: a join sorted by a column of
@@ -141,7 +137,7 @@ def test_a_batch_cycle_makes_no_on_disk_temporary_table(young, texts):
     database, tenant = young
     [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
     sid, ns = session_on(database, tenant, "disk", 10), tenant.namespace_id
-    pad = LONG if texts == "long" else ""
+    pad = LONG_TEXT if texts == "long" else ""
     conn = db.connect(database.dsn)
     made = {}
     try:
