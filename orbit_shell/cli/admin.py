@@ -283,20 +283,40 @@ def main(argv: list[str] | None = None) -> int:
         "--epoch-file", type=Path, help="where the last epoch given out is kept (read, written)"
     )
     promote.add_argument("--wait", type=_positive, default=30, help="seconds to wait to catch up")
+    promote.add_argument(
+        "--old-primary-lost",
+        action="store_true",
+        help="the operator's word that the old primary is gone for good and will not write "
+        "again; needed when it is not named or does not answer",
+    )
+    raise_epoch = sub.add_parser(
+        "raise-epoch",
+        help="raise a primary's token epoch (after a restore from backup, before traffic)",
+        description=promotion.raise_epoch.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    raise_epoch.add_argument("--target", required=True, help="DSN (admin account) of the server")
+    raise_epoch.add_argument(
+        "--epoch-file", type=Path, help="where the last epoch given out is kept (read, written)"
+    )
     args = parser.parse_args(argv)
-    if args.command == "promote":
+    if args.command in ("promote", "raise-epoch"):
         try:
-            promotion.promote(
-                args.target,
-                args.old_primary,
-                tuple(args.replica),
-                args.repl_user,
-                args.repl_password,
-                args.epoch_file,
-                args.wait,
-            )
+            if args.command == "raise-epoch":
+                promotion.raise_epoch(args.target, args.epoch_file)
+            else:
+                promotion.promote(
+                    args.target,
+                    args.old_primary,
+                    tuple(args.replica),
+                    args.repl_user,
+                    args.repl_password,
+                    args.epoch_file,
+                    args.wait,
+                    old_primary_lost=args.old_primary_lost,
+                )
         except (promotion.PromoteError, pymysql.MySQLError, ValueError) as exc:
-            print(f"orbit-admin promote: {exc}", file=sys.stderr)
+            print(f"orbit-admin {args.command}: {exc}", file=sys.stderr)
             return 1
         return 0
     dsn = os.environ.get("ORBIT_MYSQL_DSN")

@@ -2,11 +2,15 @@
 
 Steps, each printed as it is done:
 
+0. Before anything changes: every argument and the ``--epoch-file`` are read and checked,
+   and the old primary is named (``--old-primary``) or stated gone (``--old-primary-lost``).
 1. The target must be a replica (replication configured) of an Orbit database (its
    ``token_epoch`` and ``orbit_meta`` tables); with ``--old-primary``, of that server.
-2. The old primary, when it answers, is fenced (``read_only``), and the target waits until it
-   has everything the old primary wrote; when it does not answer, the target applies what it
-   has received. No other replica named with ``--replica`` may be ahead of the target.
+2. The old primary, when it answers, is fenced (``read_only``, its client connections
+   ended), and the target waits until it has everything the old primary wrote. When it does
+   not answer, promotion goes on only with ``--old-primary-lost`` and only while the target
+   receives nothing from it; the target applies what it has received. No other replica named
+   with ``--replica`` may be ahead of the target.
 3. Replication is stopped and forgotten on the target, its token epoch is raised above every
    epoch seen (the target's, the old primary's, the other replicas', the last one written to
    ``--epoch-file``), and only then is ``read_only`` turned off: the first write the new
@@ -22,6 +26,7 @@ fence does not hold it off (README, "Operations").
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,6 +86,75 @@ def _where(dsn: str) -> str:
     return f"{settings['host']}:{settings['port']}"
 
 
+def read_epoch_file(path: Path | None) -> int | None:
+    """The epoch last written to ``--epoch-file`` (None when there is no file yet), checked
+    before promote changes anything: a file it cannot read must not be found half-way, after
+    the old primary was fenced."""
+    if path is None or not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+        epoch = doc["epoch"]
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise PromoteError(f"--epoch-file {path} is unreadable ({exc!r}): refusing") from None
+    if type(epoch) is not int or not 0 <= epoch <= EPOCH_MAX:
+        raise PromoteError(f"--epoch-file {path}: epoch {epoch!r} is not 0..{EPOCH_MAX}")
+    return epoch
+
+
+def _check_arguments(target, old_primary, replicas, repl_user, wait_seconds, lost) -> None:
+    if not old_primary and not lost:
+        raise PromoteError(
+            "name the old primary with --old-primary, so that it is fenced first, or state "
+            "that it is gone for good with --old-primary-lost: refusing (two writable "
+            "primaries would grant one key twice)"
+        )
+    if replicas and not repl_user:
+        raise PromoteError("--repl-user is needed to point replicas at the new primary")
+    if wait_seconds < 1:
+        raise PromoteError("--wait must be at least 1 second")
+    for dsn in (target, old_primary, *replicas):
+        if dsn is not None:
+            try:
+                db.parse_dsn(dsn)
+            except ValueError as exc:
+                raise PromoteError(f"{dsn!r}: {exc}") from None
+
+
+def fence(conn, say: Callable[[str], None], where: str) -> None:
+    """Make the old primary read-only and end its client connections: a server still
+    connected to it then meets a refused write or a dropped connection and looks for the new
+    primary (H3), instead of writing on beside it. Replication threads stay."""
+    with conn.cursor() as cur:
+        cur.execute("SET GLOBAL read_only = 1")
+        cur.execute(
+            "SELECT id FROM information_schema.processlist WHERE id <> CONNECTION_ID() "
+            "AND user NOT IN ('system user', 'event_scheduler') "
+            "AND command NOT IN ('Daemon', 'Binlog Dump', 'Binlog Dump GTID')"
+        )
+        ended = 0
+        for row in cur.fetchall():
+            try:
+                cur.execute("KILL CONNECTION %s", (row["id"],))
+                ended += 1
+            except pymysql.MySQLError:  # gone by itself meanwhile
+                pass
+    say(f"fenced the old primary {where}: read_only = 1, {ended} client connections ended")
+
+
+def _source_silent(conn, source: str, seconds: float = 3.0) -> None:
+    """Refuse when the target still receives from its source: the operator says it is lost,
+    the replica says it is alive. A killed server's replication connection drops at once."""
+    deadline = time.monotonic() + seconds
+    while _one(conn, "SHOW SLAVE STATUS")["Slave_IO_Running"] == "Yes":
+        if time.monotonic() > deadline:
+            raise PromoteError(
+                f"the target still receives from {source}, so the old primary is alive: "
+                "refusing (name it with --old-primary, and promote fences it)"
+            )
+        time.sleep(0.1)
+
+
 def promote(
     target: str,
     old_primary: str | None = None,
@@ -90,10 +164,17 @@ def promote(
     epoch_file: Path | None = None,
     wait_seconds: int = 30,
     say: Callable[[str], None] = print,
+    old_primary_lost: bool = False,
 ) -> int:
-    """Promote ``target``; return its new token epoch."""
-    if replicas and not repl_user:  # refused before anything is changed
-        raise PromoteError("--repl-user is needed to point replicas at the new primary")
+    """Promote ``target``; return its new token epoch.
+
+    Every argument, the epoch file and the target are checked before anything is changed.
+    The old primary is fenced when it answers; when it does not, only ``old_primary_lost``
+    (the operator's word that it is gone) lets the promotion go on, and not while the target
+    still receives from it.
+    """
+    _check_arguments(target, old_primary, replicas, repl_user, wait_seconds, old_primary_lost)
+    written_epoch = read_epoch_file(epoch_file)
     conn = _admin(target)
     others: list[tuple[str, Any]] = []
     try:
@@ -113,13 +194,19 @@ def promote(
                 f"{_where(target)} replicates from {source}, not from {_where(old_primary)}: "
                 "refusing (name the server it replicates from)"
             )
-        epochs = [target_epoch]
+        epochs = [target_epoch] + ([written_epoch] if written_epoch is not None else [])
         old = _reachable(old_primary, say, "old primary")
-        if old is not None:
+        if old is None and not old_primary_lost:
+            raise PromoteError(
+                f"the old primary {_where(old_primary)} does not answer, so it cannot be "
+                "fenced: refusing (if it is gone for good, say so with --old-primary-lost)"
+            )
+        if old is None:
+            _source_silent(conn, source)
+            say(f"the old primary {source} is gone (--old-primary-lost)")
+        else:
             try:
-                with old.cursor() as cur:
-                    cur.execute("SET GLOBAL read_only = 1")
-                say(f"fenced the old primary {_where(old_primary)}: read_only = 1")
+                fence(old, say, _where(old_primary))
                 epochs.append(_epoch(old))
                 final = _one(old, "SELECT @@global.gtid_binlog_pos AS pos")["pos"]
             finally:
@@ -151,8 +238,6 @@ def promote(
                 raise PromoteError(
                     f"replica {_where(dsn)} has writes {_where(target)} lacks: promote it instead"
                 )
-        if epoch_file is not None and epoch_file.exists():
-            epochs.append(int(json.loads(epoch_file.read_text())["epoch"]))
         new_epoch = max(epochs) + 1
         if new_epoch > EPOCH_MAX:
             raise PromoteError("the token epochs are used up (2^24 promotions): refusing")
@@ -188,6 +273,47 @@ def promote(
     finally:
         for _, other in others:
             other.close()
+        conn.close()
+
+
+def raise_epoch(
+    target: str, epoch_file: Path | None = None, say: Callable[[str], None] = print
+) -> int:
+    """Raise the token epoch of a server that is no replica, and return the new epoch.
+
+    A restore from a backup sends every key's token back to its value at backup time; the
+    next holder would get a token the resource has already seen. Run this on the restored
+    server before it takes traffic: the epoch goes above the restored one and above the last
+    one written to ``--epoch-file``, so every token granted from then on exceeds every token
+    granted before the restore (H1, K7).
+    """
+    _check_arguments(target, None, (), None, 1, lost=True)
+    written_epoch = read_epoch_file(epoch_file)
+    conn = _admin(target)
+    try:
+        if _one(conn, "SHOW SLAVE STATUS") is not None:
+            raise PromoteError(f"{_where(target)} is a replica: promote it instead")
+        try:
+            _one(conn, "SELECT 1 FROM orbit_meta LIMIT 1")
+            current = _epoch(conn)
+        except pymysql.MySQLError as exc:
+            raise PromoteError(
+                f"{_where(target)} holds no Orbit database ({exc.args[1]}): refusing"
+            ) from exc
+        new_epoch = max(current, written_epoch or 0) + 1
+        if new_epoch > EPOCH_MAX:
+            raise PromoteError("the token epochs are used up (2^24 raises): refusing")
+        with conn.cursor() as cur:
+            cur.execute(
+                "UPDATE token_epoch SET epoch = %s, advanced_at = UTC_TIMESTAMP(6), note = %s "
+                "WHERE id = 1",
+                (new_epoch, "orbit-admin raise-epoch"),
+            )
+        if epoch_file is not None:
+            epoch_file.write_text(json.dumps({"epoch": new_epoch, "primary": _where(target)}))
+        say(f"token epoch {current} -> {new_epoch}: tokens from now on start at {new_epoch << 40}")
+        return new_epoch
+    finally:
         conn.close()
 
 

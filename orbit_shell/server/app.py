@@ -120,28 +120,43 @@ def _error_body(req: falcon.Request, code: str, message: str, details=None) -> d
     }
 
 
-def _orbit_error(req, resp, ex: errors.OrbitError, params) -> None:
-    resp.status = ex.status
-    resp.media = _error_body(req, ex.code, ex.message, ex.details)
-    if isinstance(ex, errors.Unauthenticated):
-        resp.set_header("WWW-Authenticate", "Bearer")
-    if getattr(ex, "retry_after", None):
-        resp.set_header("Retry-After", str(ex.retry_after))
+def _is_page(req: falcon.Request) -> bool:
+    return req.path == "/ui" or req.path.startswith("/ui/")
 
 
-def _http_error(req, resp, ex: falcon.HTTPError, params) -> None:
-    status = ex.status_code
-    code = STATUS_CODES.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
-    resp.status = status
-    resp.media = _error_body(req, code, ex.title or code, [])
-    if ex.headers and "Allow" in ex.headers:  # 405: the methods the path has
-        resp.set_header("Allow", ex.headers["Allow"])
+class ErrorBoundary:
+    """Falcon's error handlers: the envelope for the API, an HTML page with the pages' headers
+    under ``/ui/`` (a JSON body on an HTML response cannot be serialised: Falcon answered such
+    an error as an empty 415)."""
 
+    def __init__(self, pages: dashboard.Dashboard) -> None:
+        self.pages = pages
 
-def _unexpected(req, resp, ex: Exception, params) -> None:
-    log.exception("unhandled error", extra={"action": "http.error", "path": req.path})
-    resp.status = 500
-    resp.media = _error_body(req, "INTERNAL", "internal error", [])
+    def _answer(self, req, resp, status: int, code: str, message: str, details=None) -> None:
+        if _is_page(req):
+            self.pages.error_page(req, resp, status, code, message)
+            return
+        resp.status = status
+        resp.content_type = falcon.MEDIA_JSON
+        resp.media = _error_body(req, code, message, details)
+
+    def orbit_error(self, req, resp, ex: errors.OrbitError, params) -> None:
+        self._answer(req, resp, ex.status, ex.code, ex.message, ex.details)
+        if isinstance(ex, errors.Unauthenticated) and not _is_page(req):
+            resp.set_header("WWW-Authenticate", "Bearer")
+        if getattr(ex, "retry_after", None):
+            resp.set_header("Retry-After", str(ex.retry_after))
+
+    def http_error(self, req, resp, ex: falcon.HTTPError, params) -> None:
+        status = ex.status_code
+        code = STATUS_CODES.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+        self._answer(req, resp, status, code, ex.title or code)
+        if ex.headers and "Allow" in ex.headers:  # 405: the methods the path has
+            resp.set_header("Allow", ex.headers["Allow"])
+
+    def unexpected(self, req, resp, ex: Exception, params) -> None:
+        log.exception("unhandled error", extra={"action": "http.error", "path": req.path})
+        self._answer(req, resp, 500, "INTERNAL", "internal error")
 
 
 def create_app(
@@ -187,9 +202,9 @@ def create_app(
     for route in ROUTES:
         kwargs = {"suffix": route.suffix} if route.suffix else {}
         app.add_route(route.falcon_path, resources[route.resource], **kwargs)
-    dashboard.mount(app, database)
+    boundary = ErrorBoundary(dashboard.mount(app, database))
     # Most specific first: Falcon picks the handler of the nearest class in the MRO.
-    app.add_error_handler(Exception, _unexpected)
-    app.add_error_handler(falcon.HTTPError, _http_error)
-    app.add_error_handler(errors.OrbitError, _orbit_error)
+    app.add_error_handler(Exception, boundary.unexpected)
+    app.add_error_handler(falcon.HTTPError, boundary.http_error)
+    app.add_error_handler(errors.OrbitError, boundary.orbit_error)
     return app

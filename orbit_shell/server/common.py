@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import falcon
+from gunicorn.http.errors import NoMoreData, ParseException
 
 from orbit_shell import errors
 from orbit_shell.server import auth
@@ -46,8 +47,11 @@ def read_body(req: falcon.Request, max_bytes: int) -> bytes:
     # The server's worker bounds how long the body may take (RequestTimeout, 408); an app
     # called in-process reads without a bound.
     deadline = req.env.get(BODY_DEADLINE) or contextlib.nullcontext
-    with deadline():
-        raw = stream.read(max_bytes + 1)
+    try:
+        with deadline():
+            raw = stream.read(max_bytes + 1)
+    except (ParseException, NoMoreData) as exc:  # a chunk size line "zz", a body cut short
+        raise errors.InvalidArgument(f"the request body is malformed: {exc}") from None
     if len(raw) > max_bytes:
         raise errors.PayloadTooLarge()
     return raw

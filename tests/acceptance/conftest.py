@@ -80,3 +80,14 @@ def stop_orbit(proc: subprocess.Popen) -> None:
 def reap_workers():
     yield
     reap()
+
+
+@pytest.fixture(scope="package")
+def browser():
+    """Headless Chromium for the dashboard's tests (tests/acceptance/ui.py)."""
+    from tests.acceptance import ui
+
+    with ui.sync_api.sync_playwright() as p:
+        chromium = ui.launch(p)
+        yield chromium
+        chromium.close()

@@ -8,50 +8,11 @@ With ``ORBIT_SCREENSHOTS=DIR`` each page is also saved there at laptop and phone
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
 from urllib.parse import quote
 
-import pytest
-
 from orbit_shell.server.queuecounts import COUNT_MAX
+from tests.acceptance.ui import SHOTS, shoot, signed_in
 from tests.helpers import Session, delete_tasks, limited_credential, submit, waiting_in_bulk
-
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is a test dependency")
-CHROMIUM = os.environ.get("ORBIT_CHROMIUM") or shutil.which("chromium")
-SHOTS = os.environ.get("ORBIT_SCREENSHOTS")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM:
-        pytest.fail(
-            "no Chromium: install Debian's chromium (scripts/test does) or set ORBIT_CHROMIUM"
-        )
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
-
-
-def _signed_in(browser, url: str, token: str, **options):
-    context = browser.new_context(**options)
-    page = context.new_page()
-    page.goto(url + "/ui/")
-    assert page.url.endswith("/ui/login")
-    page.fill("input[name=token]", token)
-    page.click("button[type=submit]")
-    assert page.url.endswith("/ui/"), page.content()
-    [cookie] = [c for c in context.cookies() if c["name"] == "orbit_token"]
-    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
-    return page
-
-
-def _shoot(page, name: str) -> None:
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
 
 
 def _held_key_with_parked_tasks(client, tenant, key: str):
@@ -69,26 +30,26 @@ def _held_key_with_parked_tasks(client, tenant, key: str):
 
 def test_v1_keys_and_task_pages_show_holder_token_and_parked(browser, orbit_server, client, tenant):
     ids, _ = _held_key_with_parked_tasks(client, tenant, "invoice/7 ü")
-    page = _signed_in(browser, orbit_server, tenant.token)
+    page = signed_in(browser, orbit_server, tenant.token)
     parked = page.locator(".card", has_text="Parked behind a key").locator("b")
     assert parked.inner_text() == "2", page.inner_text("main")
-    _shoot(page, "overview")
+    shoot(page, "overview")
     page.goto(orbit_server + "/ui/keys")
     row = page.locator("tr.key-row", has_text="invoice/7 ü")
     assert row.count() == 1, page.inner_text("main")
     cells = row.locator("td").all_inner_texts()
     assert cells[1:5] == ["contended", "1", "1", "2"], cells
-    _shoot(page, "keys")
+    shoot(page, "keys")
     row.locator("a").click()
     assert page.url.endswith("/ui/keys/" + quote("invoice/7 ü", safe=""))
     assert page.inner_text("#holder-token") == "1"
     assert page.inner_text("#parked-count") == "2"
     assert ids[0][:12] in page.inner_text("#key-detail")
-    _shoot(page, "key")
+    shoot(page, "key")
     page.goto(orbit_server + f"/ui/tasks/{ids[1]}")
     waiting = page.inner_text("#waiting-for")
     assert "invoice/7 ü" in waiting and ids[0][:12] in waiting and "token 1" in waiting
-    _shoot(page, "task")
+    shoot(page, "task")
     for name, heading in (
         ("tasks", "Tasks"),
         ("queues", "Queues"),
@@ -98,7 +59,7 @@ def test_v1_keys_and_task_pages_show_holder_token_and_parked(browser, orbit_serv
     ):
         page.goto(orbit_server + f"/ui/{name}")
         assert page.inner_text("h1") == heading, page.inner_text("main")
-        _shoot(page, name)
+        shoot(page, name)
     assert "render-1" in page.goto(orbit_server + "/ui/workers").text()
     page.goto(
         orbit_server + "/ui/tasks?handler=invoice.render.2&concurrency_key=invoice%2F7+%C3%BC"
@@ -106,15 +67,15 @@ def test_v1_keys_and_task_pages_show_holder_token_and_parked(browser, orbit_serv
     assert page.locator("main tr").count() == 2  # the header and invoice.render.2's task
     assert page.input_value("input[name=handler]") == "invoice.render.2"
     if SHOTS:
-        phone = _signed_in(
+        phone = signed_in(
             browser, orbit_server, tenant.token, viewport={"width": 390, "height": 844}
         )
         phone.goto(orbit_server + "/ui/keys")
-        _shoot(phone, "keys-phone")
+        shoot(phone, "keys-phone")
 
 
 def test_v1_pausing_a_queue_in_the_page_is_what_the_api_sees(browser, orbit_server, client, tenant):
-    page = _signed_in(browser, orbit_server, tenant.token)
+    page = signed_in(browser, orbit_server, tenant.token)
     page.goto(orbit_server + "/ui/queues")
     row = page.locator(f"#queue-{tenant.queue_id}")
     assert row.count() == 1, page.inner_text("main")
@@ -135,7 +96,7 @@ def test_v1_a_queue_past_the_count_bound_shows_the_bound_with_a_plus(
     _held_key_with_parked_tasks(client, tenant, "bulk/1")  # 2 parked through the API
     span = waiting_in_bulk(database, tenant, tenant.queue_id, COUNT_MAX, "BLOCKED", "bulk/1")
     try:
-        page = _signed_in(browser, orbit_server, tenant.token)
+        page = signed_in(browser, orbit_server, tenant.token)
         parked = page.locator(".card", has_text="Parked behind a key").locator("b")
         assert parked.inner_text() == "10,000+", page.inner_text("main")
         ready = page.locator(".card", has_text="Ready to claim").locator("b")
@@ -152,13 +113,13 @@ def test_v1_read_only_sees_no_actions_and_forged_posts_are_refused(
 ):
     ids, _ = _held_key_with_parked_tasks(client, tenant, "ro/1")
     reader = limited_credential(database, tenant, "tasks:read")["Authorization"][len("Bearer ") :]
-    page = _signed_in(browser, orbit_server, reader)
+    page = signed_in(browser, orbit_server, reader)
     for path in ("/ui/queues", f"/ui/tasks/{ids[2]}", "/ui/keys/ro%2F1", "/ui/schedules"):
         page.goto(orbit_server + path)
         assert page.locator("main form[method=post]").count() == 0, path
     # A form posted by another page carries no CSRF token: refused, nothing changes, for a
     # credential that may act (tasks:manage) as for one that may not.
-    manager = _signed_in(browser, orbit_server, tenant.token)
+    manager = signed_in(browser, orbit_server, tenant.token)
     for who in (manager, page):
         forged = who.request.post(
             orbit_server + f"/ui/tasks/{ids[2]}/cancel", form={"back": "/ui/"}, max_redirects=0
@@ -200,7 +161,7 @@ def test_v1_a_sign_in_or_out_posted_from_another_site_is_refused(browser, orbit_
     assert forged.status == 403, forged.text()
     assert [c for c in context.cookies() if c["name"] == "orbit_token"] == []
     context.close()
-    page = _signed_in(browser, orbit_server, tenant.token)  # the page's own form signs in
+    page = signed_in(browser, orbit_server, tenant.token)  # the page's own form signs in
     out = page.request.post(
         orbit_server + "/ui/logout", headers={"Origin": "https://evil.example"}, max_redirects=0
     )
@@ -215,7 +176,7 @@ def test_v1_tenant_b_never_appears_for_tenant_a(
     other = tenant_factory()
     theirs, _ = _held_key_with_parked_tasks(client, other, "tenant-b/secret")
     _held_key_with_parked_tasks(client, tenant, "tenant-a/mine")
-    page = _signed_in(browser, orbit_server, tenant.token)
+    page = signed_in(browser, orbit_server, tenant.token)
     for path in ("/ui/", "/ui/keys", "/ui/tasks", "/ui/workers", "/ui/queues", "/ui/review"):
         page.goto(orbit_server + path)
         text = page.content()

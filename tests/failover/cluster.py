@@ -123,6 +123,21 @@ class Node:
     def start(self) -> None:
         self.server.start()
 
+    def status(self) -> tuple:
+        """What a promotion changes: writable or not, whose replica (threads running), the
+        token epoch."""
+        [row] = self.sql(
+            "SELECT @@global.read_only AS ro, (SELECT epoch FROM "
+            f"{localdb.DATABASE}.token_epoch WHERE id = 1) AS epoch"
+        )
+        slave = self.sql("SHOW SLAVE STATUS")
+        replica = (
+            (slave[0]["Master_Port"], slave[0]["Slave_IO_Running"], slave[0]["Slave_SQL_Running"])
+            if slave
+            else None
+        )
+        return row["ro"], row["epoch"], replica
+
     def kill(self) -> None:
         """``kill -9``: no shutdown, nothing flushed that was not flushed already."""
         pid = self.server._pid()

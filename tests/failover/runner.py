@@ -35,7 +35,7 @@ from pathlib import Path
 
 from devtools import localdb
 from orbit_shell import errors
-from orbit_shell.cli.promote import promote
+from orbit_shell.cli.promote import PromoteError, promote
 from orbit_shell.engine import db
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.fence import SqlFencedStore
@@ -171,10 +171,31 @@ class Run:
                     self.epoch_file,
                     30,
                     say=lambda line: None,
+                    old_primary_lost=kill,  # killed: it does not answer, and is gone
                 )
             )
         cluster.primary = target
         cluster.rebuild(old)
+
+    def promote_unnamed(self) -> bool:
+        """A promotion with the old primary alive and named by nobody: refused, and nothing
+        changed (the target still a read-only replica receiving from it, the primary writable,
+        every epoch as it was). Two writable primaries would grant one key twice."""
+        cluster = self.cluster
+        target = cluster.most_advanced_replica()
+        node, old = cluster.nodes[target], cluster.nodes[cluster.primary]
+        before = (node.status(), old.status())
+        try:
+            promote(node.admin_dsn(), None, (), say=lambda line: None)
+            refused = False
+        except PromoteError:
+            refused = True
+        try:
+            promote(node.admin_dsn(), None, (), say=lambda line: None, old_primary_lost=True)
+            refused_lost = False
+        except PromoteError:  # the target still receives from it: it is not lost
+            refused_lost = True
+        return refused and refused_lost and (node.status(), old.status()) == before
 
     # Checking --------------------------------------------------------------------------------
     def drain(self, producers: list[Producer], timeout: float) -> dict[str, str]:
@@ -274,6 +295,7 @@ def scenario(work: Path, failovers: int, control: bool, run_seconds: float) -> d
         for p in producers:
             p.start()
         time.sleep(run_seconds)
+        unnamed_refused = None if control else run.promote_unnamed()
         for n in range(failovers):
             # The first change of primary is a switchover (the old one fenced, not killed);
             # the control's is a kill, as its replicas are cut off first anyway.
@@ -298,6 +320,7 @@ def scenario(work: Path, failovers: int, control: bool, run_seconds: float) -> d
         return {
             "mode": "control" if control else "semi-sync",
             "failovers": len(run.kills),
+            "unnamed_promotion_refused": unnamed_refused,
             "grants": len({a for _, _, a, _ in started}),
             "regressions": regressions(started),
             "stale_accepted": stale_accepted(wrote),
@@ -331,13 +354,15 @@ def main(argv: list[str] | None = None) -> int:
         and figures["stale_accepted"] == 0
         and figures["acknowledged_lost"] == 0
         and figures["unsettled"] == 0
+        and figures["unnamed_promotion_refused"]
         and control["regressions"] > 0
     )
     print(
         f"failovers {figures['failovers']}, grants {figures['grants']}, regressions "
         f"{figures['regressions']}, acknowledged submissions lost {figures['acknowledged_lost']}"
         f" of {figures['acknowledged']}, kill to first claim "
-        f"{figures['kill_to_first_claim_s']} s; control: regressions detected "
+        f"{figures['kill_to_first_claim_s']} s, promotion with the old primary alive and "
+        f"unnamed refused {figures['unnamed_promotion_refused']}; control: regressions detected "
         f"{control['regressions']} -> {'PASS' if ok else 'FAIL'}"
     )
     return 0 if ok else 1

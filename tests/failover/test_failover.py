@@ -11,6 +11,7 @@ def test_h1_h2_h3_tokens_never_regress_and_nothing_acknowledged_is_lost(tmp_path
     figures = runner.scenario(tmp_path / "semi", 3, control=False, run_seconds=2.0)
     print(figures)
     assert figures["failovers"] == 3 and figures["grants"] > 100
+    assert figures["unnamed_promotion_refused"] is True
     assert figures["regressions"] == 0
     assert figures["stale_accepted"] == 0
     assert figures["acknowledged_lost"] == 0

@@ -88,7 +88,12 @@ def test_h1_promote_refuses_a_server_that_is_not_a_replica(orbit_dsn, tmp_path):
 
     before = _epoch_of(orbit_dsn)
     with pytest.raises(PromoteError, match="is not a replica"):
-        promote(orbit_dsn, epoch_file=tmp_path / "epoch.json", say=lambda line: None)
+        promote(
+            orbit_dsn,
+            epoch_file=tmp_path / "epoch.json",
+            say=lambda line: None,
+            old_primary_lost=True,
+        )
     assert _epoch_of(orbit_dsn) == before and not (tmp_path / "epoch.json").exists()
 
 
@@ -102,3 +107,98 @@ def _epoch_of(dsn: str) -> int:
             return cur.fetchone()["epoch"]
     finally:
         conn.close()
+
+
+def test_h1_promote_reads_and_checks_the_epoch_file_before_it_changes_anything(orbit_dsn, tmp_path):
+    """A malformed epoch file used to be read after the old primary was fenced and the
+    target's replication stopped: every server read-only, the API answering 503."""
+    from orbit_shell.cli.promote import PromoteError, promote
+
+    bad = tmp_path / "epoch.json"
+    for text in ("{not json", '{"epoch": "7"}', '{"epoch": -1}', "[]", '{"other": 1}'):
+        bad.write_text(text)
+        with pytest.raises(PromoteError, match="epoch"):
+            promote(orbit_dsn, old_primary_lost=True, epoch_file=bad, say=lambda line: None)
+        assert bad.read_text() == text
+    with pytest.raises(PromoteError, match="--old-primary"):  # nobody named, nobody lost
+        promote(orbit_dsn, epoch_file=tmp_path / "e.json", say=lambda line: None)
+    with pytest.raises(PromoteError, match="--repl-user"):
+        promote(orbit_dsn, None, (orbit_dsn,), old_primary_lost=True, say=lambda line: None)
+    with pytest.raises(PromoteError, match="mysql://"):
+        promote("postgres://x/y", old_primary_lost=True, say=lambda line: None)
+
+
+def _mysql_args(server) -> list[str]:
+    return ["-u", server.user, *(["--socket", server.socket] if server.socket else [])] + (
+        ["-h", server.host, "-P", str(server.port)] if not server.socket else []
+    )
+
+
+def test_h1_a_restore_from_backup_then_raise_epoch_keeps_every_token_going_up(
+    server, fresh_dsn, tmp_path
+):
+    """A dump taken before further grants, restored: every key's token is back at its value
+    at backup time. ``orbit-admin raise-epoch`` before traffic makes the next token of each
+    key exceed every token granted before the restore; without it the next token repeats one
+    the resource has already seen (the test shows both)."""
+    import shutil
+    import subprocess
+    from urllib.parse import urlparse
+
+    from orbit_shell.cli.admin import main as admin
+    from orbit_shell.engine import schema
+    from orbit_shell.engine.db import Database
+    from tests.conftest import make_tenant
+
+    name = urlparse(fresh_dsn).path.strip("/")
+    schema.apply(fresh_dsn)
+    database = Database(fresh_dsn)
+    try:
+        eng = Engine(database, make_tenant(database, tmp_path))
+        session, _ = eng.hello(capacity=3)
+        keys = ["r/a", "r/b", "r/c"]
+        granted: dict[str, list[int]] = {k: [] for k in keys}
+
+        def grant_round() -> dict[str, int]:
+            tokens = _granted(eng, session, keys)
+            for k, t in tokens.items():
+                granted[k].append(t)
+            return tokens
+
+        grant_round()
+        dump = subprocess.run(
+            [shutil.which("mariadb-dump") or "mysqldump", *_mysql_args(server)]
+            + ["--single-transaction", name],
+            check=True,
+            capture_output=True,
+        ).stdout
+        for _ in range(3):  # grants the backup does not hold
+            grant_round()
+        restore = [shutil.which("mariadb") or "mysql", *_mysql_args(server), name]
+
+        def restored() -> None:
+            subprocess.run(restore, input=dump, check=True, capture_output=True)
+            database.close()
+
+        restored()
+        assert grant_round() == dict.fromkeys(keys, 2)  # without the raise: seen before
+        restored()
+        assert admin(["raise-epoch", "--target", fresh_dsn]) == 0
+        first = grant_round()
+        for k in keys:
+            assert first[k] > max(granted[k][:-1]), (k, granted[k])
+            assert first[k] >= EPOCH
+        assert _epoch_of(fresh_dsn) == 1
+    finally:
+        database.close()
+
+
+def test_h1_raise_epoch_refuses_a_replica_and_a_bad_epoch_file(orbit_dsn, tmp_path):
+    from orbit_shell.cli.promote import PromoteError, raise_epoch
+
+    bad = tmp_path / "epoch.json"
+    bad.write_text('{"epoch": 99999999999}')
+    before = _epoch_of(orbit_dsn)
+    with pytest.raises(PromoteError, match="epoch"):
+        raise_epoch(orbit_dsn, bad, say=lambda line: None)
+    assert _epoch_of(orbit_dsn) == before

@@ -9,6 +9,8 @@ actions the credential's scopes allow, and a POST is refused without the page's 
 from __future__ import annotations
 
 import datetime as dt
+import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -40,6 +42,19 @@ PAGE = 50
 MAX_FORM_BYTES = 16_384
 
 
+# Where a form may send the browser back to: a page's own percent-encoded path, no query, no
+# fragment, no "." or ".." segment (a key such as "k/../../queues?x=1#f" must not lead
+# elsewhere), ASCII only (a Location header is Latin-1; a decoded "€" failed after the commit).
+BACK_RE = re.compile(r"^/ui/[A-Za-z0-9._~%-]*(/[A-Za-z0-9._~%-]+)*$")
+
+
+def back_to(value: str) -> str:
+    """The page a form's ``back`` names when it is one of ours, else the overview."""
+    if BACK_RE.match(value) and not {".", ".."} & set(value.split("/")):
+        return value
+    return "/ui/"
+
+
 def _ago(at: dt.datetime | None, now: dt.datetime) -> str:
     if at is None:
         return ""
@@ -54,6 +69,29 @@ def _ago(at: dt.datetime | None, now: dt.datetime) -> str:
     return f"in {text}" if later else f"{text} ago"
 
 
+# Characters that change how the text around them reads without showing themselves: format
+# characters (bidi overrides and isolates, zero-width spaces and joiners), line and paragraph
+# separators, and the fillers that render blank. "user/\u202egnp.exe" read "user/exe.png".
+_INVISIBLE = {"Cf", "Zl", "Zp"}
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
+
+
+def visible(text: str) -> str:
+    """``text`` with every invisible character written out as ``⟨U+XXXX⟩``."""
+    if text.isascii():
+        return text
+    return "".join(
+        f"⟨U+{ord(c):04X}⟩" if c in _FILLERS or unicodedata.category(c) in _INVISIBLE else c
+        for c in text
+    )
+
+
+def _shown(value: Any) -> Any:
+    """Every ``{{ }}`` output: user strings with invisible characters made visible (markup the
+    page built itself, such as ``when``'s, is left as it is)."""
+    return visible(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
@@ -61,8 +99,11 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_shown,
     )
     env.filters["keypath"] = lambda key: quote(key, safe="")
+    # A form field's value as typed, so that sending the form again filters by the same text.
+    env.filters["verbatim"] = lambda text: Markup.escape(text)
     env.globals["figure"] = _figure
     return env
 
@@ -105,8 +146,11 @@ class Dashboard:
             "default-src 'self'; style-src 'unsafe-inline'; script-src 'none'; "
             "frame-ancestors 'none'; form-action 'self'",
         )
+        # ``here``: this page's own address, percent-encoded (a form's ``back``); ``path``,
+        # decoded, only marks the navigation's current entry.
+        here = context.pop("here", None) or quote(req.path, safe="/")
         resp.text = self.env.get_template(name).render(
-            when=when, path=req.path, query=req.query_string, **context
+            when=when, path=req.path, here=here, query=req.query_string, **context
         )
 
     def _page(self, req, resp, name: str, build) -> None:
@@ -126,14 +170,21 @@ class Dashboard:
         )
 
     def _error(self, req, resp, exc: errors.OrbitError) -> None:
+        self.error_page(req, resp, exc.status, exc.code, exc.message)
+
+    def error_page(self, req, resp, status: str, code: str, message: str) -> None:
+        """An error as a page with the pages' headers, never the API's JSON: the app's error
+        boundary calls this for every error under ``/ui/``, an unexpected one included (500).
+        A signed-in visitor is offered sign-out, so a refused credential is never stuck."""
         self._render(
             req,
             resp,
             "error.html",
-            status=exc.status,
-            error=exc,
+            status=status,
+            error={"code": code, "message": message},
             scopes=frozenset(),
             csrf="",
+            signed_in=bool(req.get_cookie_values(session.COOKIE)),
         )
 
     # Sign-in ---------------------------------------------------------------------------------
@@ -156,14 +207,18 @@ class Dashboard:
         form = self._form(req)
         token = form.get("token", "").strip()
         try:
-            auth.authenticate(self.db, "Bearer " + token)
+            who = auth.authenticate(self.db, "Bearer " + token)
         except errors.Unauthenticated:
-            self._render(
-                req, resp, "login.html", falcon.HTTP_401, scopes=frozenset(), csrf="", failed=True
-            )
+            self._login_refused(req, resp, falcon.HTTP_401, "unknown")
+            return
+        if "tasks:read" not in who.scopes:  # every page reads tasks: it would see only 403s
+            self._login_refused(req, resp, falcon.HTTP_403, "no-read")
             return
         session.sign_in(req, resp, token)
         raise falcon.HTTPSeeOther("/ui/")
+
+    def _login_refused(self, req, resp, status: str, why: str) -> None:
+        self._render(req, resp, "login.html", status, scopes=frozenset(), csrf="", failed=why)
 
     def on_post_logout(self, req, resp) -> None:
         if self._posted_elsewhere(req, resp):
@@ -251,6 +306,7 @@ class Dashboard:
     def on_get_key(self, req, resp, concurrency_key: str) -> None:
         def build(s: Scope) -> dict:
             return {
+                "here": "/ui/keys/" + quote(concurrency_key, safe=""),
                 "key": serialize.key(s.key(concurrency_key)),
                 "tokens": reads.key_tokens(s, concurrency_key),
                 "parked": reads.parked_tasks(s, concurrency_key),
@@ -300,8 +356,7 @@ class Dashboard:
         except errors.OrbitError as exc:
             self._error(req, resp, exc)
             return
-        back = form.get("back", "")
-        raise falcon.HTTPSeeOther(back if back.startswith("/ui/") else "/ui/")
+        raise falcon.HTTPSeeOther(back_to(form.get("back", "")))
 
     def on_post_queue_pause(self, req, resp, queue_id: str) -> None:
         self._act(req, resp, lambda s, f: actions.set_queue_state(s, queue_id, "PAUSED"))
@@ -349,11 +404,19 @@ ROUTES = [
 ]
 
 
-def mount(app: falcon.App, database: Database) -> None:
+# A page answers HEAD as it answers GET (Falcon sends no body for HEAD).
+for _path, _suffix in ROUTES:
+    if hasattr(Dashboard, f"on_get_{_suffix}"):
+        setattr(Dashboard, f"on_head_{_suffix}", getattr(Dashboard, f"on_get_{_suffix}"))
+
+
+def mount(app: falcon.App, database: Database) -> Dashboard:
+    """Add the pages to ``app``; the Dashboard also renders the app's errors under /ui/."""
     dashboard = Dashboard(database)
     for path, suffix in ROUTES:
         app.add_route(path, dashboard, suffix=suffix)
     app.add_route("/ui", Redirect("/ui/"))
+    return dashboard
 
 
 class Redirect:
