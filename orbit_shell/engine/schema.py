@@ -26,7 +26,13 @@ import pymysql
 from orbit_shell.engine import db
 
 log = logging.getLogger("orbit.schema")
-SQL_DIR = Path(os.environ.get("ORBIT_SQL_DIR", Path(__file__).resolve().parents[2] / "sql"))
+# An installed package carries its SQL as orbit_shell/sql (setup.py); a checkout, editable
+# installs included, reads the repository's sql/.
+_PACKAGED = Path(__file__).resolve().parents[1] / "sql"
+SQL_DIR = Path(
+    os.environ.get("ORBIT_SQL_DIR")
+    or (_PACKAGED if _PACKAGED.is_dir() else Path(__file__).resolve().parents[2] / "sql")
+)
 MIGRATIONS_DIR = SQL_DIR / "migrations"
 PROCEDURES_DIR = SQL_DIR / "procedures"
 ROUTINE_RE = re.compile(r"^\s*CREATE\s+(PROCEDURE|FUNCTION)\s+`?(\w+)`?", re.I | re.M)
