@@ -82,13 +82,23 @@ class OrbitServer(BaseApplication):
         leadership.start()
         if self.config.sweep_interval > 0:
             Sweeper(
-                Database(self.config.dsn, pool_size=2, routines=schema.version()),
+                Database(
+                    self.config.dsn,
+                    pool_size=2,
+                    routines=schema.version(),
+                    io_timeout=self.config.db_timeout,
+                ),
                 self.config.sweep_interval,
                 active=leadership.leading,
             ).start()
         if self.config.schedule_interval > 0:
             Scheduler(
-                Database(self.config.dsn, pool_size=2, routines=schema.version()),
+                Database(
+                    self.config.dsn,
+                    pool_size=2,
+                    routines=schema.version(),
+                    io_timeout=self.config.db_timeout,
+                ),
                 self.config.schedule_interval,
                 active=leadership.leading,
             ).start()

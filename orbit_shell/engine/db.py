@@ -9,6 +9,7 @@ whole, a bounded number of times.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import queue
@@ -46,6 +47,14 @@ CONNECTION_ERRORS = {2003, 2006, 2013, 2055, 1040, 1053, 1927}
 READ_ONLY_ERRORS = {1290, 1836}
 # Seconds a client is told to wait (Retry-After) when no writable server is at hand.
 SWITCH_RETRY_AFTER = 1
+# Seconds a connection waits for the server to read or answer before it is given up
+# (``ORBIT_DB_TIMEOUT``): above InnoDB's default lock wait (50 s), so no normal run of a
+# routine, lock waits included, comes near it; a server that stops answering then costs a
+# request this long, not for ever.
+IO_TIMEOUT = 60.0
+# Seconds within which every listed server is asked, in parallel, whether it is the primary:
+# a host that accepts TCP and never speaks costs a discovery (and /readyz) this much at most.
+PROBE_TIMEOUT = 0.8
 DEADLOCK_RETRIES = 5
 # Every Orbit connection's sql_mode, and so the mode every routine is created and runs under:
 # MySQL 8.0's default, which MariaDB 10.6+ accepts. MariaDB's own default lacks
@@ -134,36 +143,49 @@ def primary_dsn(dsn: str) -> str:
     return one[0] if len(one) == 1 else one[find_primary([parse_dsn(d) for d in one])]
 
 
+def _probe(server: dict[str, Any]) -> int | None:
+    """A server's token epoch when it takes writes (-1 before migrations), else None: not
+    writable, or no answer within PROBE_TIMEOUT."""
+    t = PROBE_TIMEOUT
+    try:
+        conn = _open(server, connect_timeout=t, read_timeout=t, write_timeout=t)
+    except pymysql.MySQLError:
+        return None
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@global.read_only AS ro")
+            if cur.fetchone()["ro"]:
+                return None
+            try:
+                cur.execute("SELECT epoch FROM token_epoch WHERE id = 1")
+                row = cur.fetchone()
+                return int(row["epoch"]) if row else -1
+            except pymysql.err.ProgrammingError:  # not migrated yet
+                return -1
+    except pymysql.MySQLError:
+        return None
+    finally:
+        conn.close()
+
+
 def find_primary(servers: list[dict[str, Any]]) -> int:
     """The index of the server to write to: a writable one (``read_only`` off), the one with
     the highest token epoch when several are (a failed primary restarted writable after a
-    promotion has the lower epoch; H1). Servers that cannot be reached are passed over.
+    promotion has the lower epoch; H1). Every server is asked at once (threads, greenlets
+    under gevent), so a silent host costs PROBE_TIMEOUT, not that per host; servers that do
+    not answer in time are passed over.
 
     Raises:
         Unavailable: no server is writable now (a switch in progress); ``retry_after`` set.
     """
+    if len(servers) == 1:
+        epochs = [_probe(servers[0])]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(len(servers)) as pool:
+            epochs = list(pool.map(_probe, servers))
     best: tuple[int, int] | None = None
-    for index, server in enumerate(servers):
-        try:
-            conn = _open(server, connect_timeout=2, read_timeout=5)
-        except pymysql.MySQLError:
-            continue
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT @@global.read_only AS ro")
-                if cur.fetchone()["ro"]:
-                    continue
-                try:
-                    cur.execute("SELECT epoch FROM token_epoch WHERE id = 1")
-                    row = cur.fetchone()
-                    epoch = int(row["epoch"]) if row else -1
-                except pymysql.MySQLError:  # not migrated yet
-                    epoch = -1
-        except pymysql.MySQLError:
-            continue
-        finally:
-            conn.close()
-        if best is None or epoch > best[0]:
+    for index, epoch in enumerate(epochs):
+        if epoch is not None and (best is None or epoch > best[0]):
             best = (epoch, index)
     if best is None:
         error = errors.Unavailable("no writable database server; retry shortly")
@@ -180,6 +202,8 @@ def _open(kwargs: dict[str, Any], **overrides: Any) -> pymysql.connections.Conne
         cursorclass=pymysql.cursors.DictCursor,
         init_command=f"SET time_zone = '+00:00', sql_mode = '{SQL_MODE}'",
         connect_timeout=5,
+        read_timeout=IO_TIMEOUT,
+        write_timeout=IO_TIMEOUT,
     )
     kwargs.update(overrides)
     return pymysql.connect(**kwargs)
@@ -206,7 +230,11 @@ def map_error(exc: pymysql.MySQLError) -> errors.OrbitError | None:
     if code in RETRYABLE:
         return None
     if code in CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):
-        return errors.Unavailable("database unavailable")
+        # Gone, refused or silent past the timeout: the host is forgotten (_switching), and
+        # the next try looks for the primary again.
+        error = errors.Unavailable("database unavailable")
+        error.retry_after = SWITCH_RETRY_AFTER
+        return error
     if code in READ_ONLY_ERRORS:
         error = errors.Unavailable("the database server takes no writes now; retry shortly")
         error.retry_after = SWITCH_RETRY_AFTER
@@ -270,11 +298,14 @@ class Database:
         sleep=None,
         max_open: int | None = None,
         routines: str | None = None,
+        io_timeout: float = IO_TIMEOUT,
     ) -> None:
         """``routines``: the routine version to call, the calling code's
         (``schema.version()``); None calls the latest the database has installed
-        (``orbit_meta``), read once and again when a routine of it is not found."""
+        (``orbit_meta``), read once and again when a routine of it is not found.
+        ``io_timeout``: seconds a call waits for the server to read or answer (IO_TIMEOUT)."""
         self.dsn = dsn
+        self._timeouts = {"read_timeout": io_timeout, "write_timeout": io_timeout}
         self._routines = routines
         self._latest: str | None = None
         # With several servers (H3) connections go to the primary found last; an error that
@@ -318,7 +349,7 @@ class Database:
                 primary = self._primary
                 if primary is None:
                     primary = self._primary = find_primary(self._servers)
-                conn = _open(self._servers[primary])
+                conn = _open(self._servers[primary], **self._timeouts)
             except pymysql.MySQLError as exc:
                 log.warning("connect failed: %s", exc, extra={"action": "db.connect"})
                 self.forget_primary()
@@ -418,11 +449,11 @@ class Database:
             raise mapped from exc
 
     def forget_primary(self) -> None:
-        """After a failover or a fence: look for the primary again and drop idle connections
-        (they may be to the old one). A single server is always its own primary."""
-        if len(self._servers) == 1:
-            return
-        self._primary = None
+        """After a failover, a fence or a server that stopped answering: look for the primary
+        again and drop idle connections (they may be to the old one, or as stuck as the one
+        that failed). A single server is always its own primary."""
+        if len(self._servers) > 1:
+            self._primary = None
         self.close()
 
     def close(self) -> None:

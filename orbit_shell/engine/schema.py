@@ -252,15 +252,21 @@ def prune(dsn: str, keep: tuple[str, ...] = ()) -> list[str]:
     return sorted(dropped)
 
 
-def check(dsn: str) -> None:
+def check(dsn: str, timeout: float | None = None) -> None:
     """Raise SchemaMismatch unless this code can run on the database: every migration it
     ships applied, its routine version installed, and no migration it does not know unless its
-    routines are installed (a rolling upgrade to a newer version).
+    routines are installed (a rolling upgrade to a newer version). ``timeout``: seconds the
+    connection may wait for the server at each step (db.IO_TIMEOUT when None).
 
     Raises:
         SchemaMismatch: with a message that says whether the database is older or newer.
     """
-    conn = db.connect(dsn)
+    waits = (
+        {}
+        if timeout is None
+        else dict.fromkeys(("connect_timeout", "read_timeout", "write_timeout"), timeout)
+    )
+    conn = db.connect(dsn, **waits)
     try:
         with conn.cursor() as cur:
             try:

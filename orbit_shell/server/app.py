@@ -168,6 +168,7 @@ def create_app(
         pool_size=config.db_pool_size,
         max_open=config.db_max_open,
         routines=schema.version(),
+        io_timeout=config.db_timeout,
     )
     registry = registry or CollectorRegistry()
     app = falcon.App(middleware=[RequestContext(database, registry)])

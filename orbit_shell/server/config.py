@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from orbit_shell import validation
+from orbit_shell.engine import db
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class Config:
         header_timeout / body_timeout: seconds a client may take to send a request's headers
             / its body; a slower client is cut off (408 for the body).
         db_max_open: database connections one process opens at most; a call waits for one.
+        db_timeout: seconds a database connection waits for the server to read or answer;
+            a request whose server stops answering then gets 503 with Retry-After and the
+            server is looked for again.
         leader_interval: seconds between a standby's bids for the background loops' lock
             (and the leader's checks that it still holds it): the takeover bound (H4).
         metrics_token: when set (``ORBIT_METRICS_TOKEN``), ``/metrics`` answers only requests
@@ -53,6 +57,7 @@ class Config:
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     db_max_open: int = 32
+    db_timeout: float = db.IO_TIMEOUT
     leader_interval: float = 1.0
     metrics_token: str | None = None
 
@@ -103,6 +108,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "ORBIT_HEADER_TIMEOUT": ("header_timeout", "seconds to send a request's headers"),
     "ORBIT_BODY_TIMEOUT": ("body_timeout", "seconds to send a request's body (then 408)"),
     "ORBIT_DB_MAX_OPEN": ("db_max_open", "database connections per worker process"),
+    "ORBIT_DB_TIMEOUT": ("db_timeout", "seconds a database connection waits for an answer"),
     "ORBIT_LEADER_INTERVAL": ("leader_interval", "seconds between bids to lead the sweeps"),
     "ORBIT_METRICS_TOKEN": ("metrics_token", "bearer token /metrics asks for (unset: open)"),
 }
