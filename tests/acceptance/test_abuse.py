@@ -435,6 +435,29 @@ def test_a_chunked_body_is_read_like_any_other(orbit_server, database, tmp_path)
     ) == [{"n": 1}]
 
 
+@pytest.mark.parametrize(
+    "chunks",
+    [b"zz\r\n{}\r\n0\r\n\r\n", b"2\r\n{}XX0\r\n\r\n", b"5\r\n{}"],
+    ids=["size-not-hex", "no-terminator", "cut-short"],
+)
+def test_a_malformed_chunked_body_is_400_in_the_envelope(orbit_server, database, tmp_path, chunks):
+    """A chunk size line "zz" answered 500 with a traceback in the log."""
+    t = make_tenant(database, tmp_path)
+    head = _chunked("/v1/queues", t.token, b"").split(b"\r\n\r\n")[0] + b"\r\n\r\n"
+    sock = _open(orbit_server, head + chunks)
+    if chunks.endswith(b"{}"):
+        sock.shutdown(socket.SHUT_WR)  # the client goes before its body is whole
+    try:
+        code, data = _status(sock, 10.0)
+    finally:
+        sock.close()
+    body = json.loads(data.partition(b"\r\n\r\n")[2])
+    assert code == 400 and body["error"]["code"] == "INVALID_ARGUMENT", data
+    assert database.query(
+        "SELECT COUNT(*) AS n FROM queues WHERE namespace_id = %s", (t.namespace_id,)
+    ) == [{"n": 1}]
+
+
 def test_a_chunked_form_is_read_like_any_other(orbit_server, database, tmp_path):
     """The dashboard's forms are read as the API's bodies are: a sign-in sent in chunks was
     read as empty and answered 401 for a good token."""
