@@ -237,7 +237,18 @@ class Scope:
         if not self.principal.all_queues and not (
             row["holder_task_id"] or row["ready_task_id"] or row["parked"]
         ):
-            raise errors.NotFound("concurrency key not found")
+            # An idle key (or one whose only task of these queues is in backoff) is the
+            # credential's when any of its tasks is in its queues: one index dive per queue
+            # and lane (ix_tasks_queue_lane_key), however many tasks other queues hold.
+            marks = ", ".join(["%s"] * len(args))
+            if not self.db.query(
+                "SELECT 1 FROM tasks FORCE INDEX (ix_tasks_queue_lane_key) "
+                f"WHERE queue_id IN ({marks}) AND (lane IS NULL OR lane IN "
+                "('READY', 'DELAYED', 'BLOCKED')) AND concurrency_key = %s "
+                "AND namespace_id = %s LIMIT 1",
+                [*args, concurrency_key, self.namespace_id],
+            ):
+                raise errors.NotFound("concurrency key not found")
         return row
 
     def tasks(self, filters: dict[str, Any], after: int, limit: int) -> list[dict[str, Any]]:

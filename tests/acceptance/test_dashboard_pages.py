@@ -175,3 +175,21 @@ def test_v3_a_credential_that_cannot_read_tasks_is_refused_at_sign_in(
     assert "tasks:read" in page.inner_text("#login-refused")
     assert [c for c in context.cookies() if c["name"] == "orbit_token"] == []
     context.close()
+
+
+def test_v3_the_review_inbox_pages_past_its_first_fifty(browser, orbit_server, client, tenant):
+    """The inbox showed the first 50 tasks needing review and no way to the rest."""
+    ids = [_task(client, tenant, handler=f"rv.{n}") for n in range(53)]
+    session = Session(client, tenant, capacity=60)
+    grants = session.claim(60, start=True)
+    assert len(grants) == 53
+    for g in grants:
+        assert session.finish(g["attempt_id"], "unknown").status_code == 200
+    page = signed_in(browser, orbit_server, tenant.token)
+    page.goto(orbit_server + "/ui/review")
+    seen = page.locator("main tr td:first-child a").all_inner_texts()
+    assert len(seen) == 50
+    page.click("#review-next")
+    seen += page.locator("main tr td:first-child a").all_inner_texts()
+    assert page.locator("#review-next").count() == 0
+    assert sorted(seen) == sorted(i[:12] + "…" for i in ids)

@@ -213,3 +213,22 @@ def test_v1_a_key_list_cursor_carries_a_key_the_credential_may_see_not_a_row_id(
 
 def _b64(key: str) -> str:
     return base64.urlsafe_b64encode(key.encode()).rstrip(b"=").decode()
+
+
+def test_v1_l4_a_limited_credential_sees_an_idle_key_of_its_own_queues(client, tenant, database):
+    """It read the key's tasks but got 404 for the key once nothing held or waited for it."""
+    mine = limited_credential(database, tenant, "tasks:read")
+    task = submit(client, tenant, None, 201, concurrency_key="idle/mine").json["data"]["task_id"]
+    session = Session(client, tenant, capacity=1)
+    [grant] = session.claim(1, start=True)
+    assert session.finish(grant["attempt_id"]).status_code == 200
+    assert client.simulate_get(f"/v1/tasks/{task}", headers=mine).status_code == 200
+    shown = _key(client, mine, "idle/mine")
+    assert shown.status_code == 200, shown.text
+    assert shown.json["data"]["concurrency_key"] == "idle/mine"
+    q2 = client.simulate_post("/v1/queues", headers=tenant.headers, json={"name": "idle-q2"})
+    submit(client, tenant, None, 201, queue_id=q2.json["data"]["queue_id"], concurrency_key="i/2")
+    other = Session(client, tenant, queue_ids=[q2.json["data"]["queue_id"]], capacity=1)
+    [grant] = other.claim(1, start=True)
+    assert other.finish(grant["attempt_id"]).status_code == 200
+    assert _key(client, mine, "i/2").status_code == 404  # idle, and none of its tasks mine

@@ -328,7 +328,14 @@ class Dashboard:
 
     def on_get_review(self, req, resp) -> None:
         def build(s: Scope) -> dict:
-            return {"tasks": s.tasks({"state": "NEEDS_REVIEW"}, 0, PAGE)}
+            after = s.task_position(req.get_param("cursor"))
+            rows = s.tasks({"state": "NEEDS_REVIEW"}, after, PAGE + 1)
+            more = len(rows) > PAGE
+            return {
+                "tasks": rows[:PAGE],
+                "next_url": "/ui/review?cursor=" + rows[PAGE - 1]["public_id"] if more else None,
+                "first_url": "/ui/review" if after else None,
+            }
 
         self._page(req, resp, "review.html", build)
 
