@@ -235,9 +235,15 @@ class Client:
         data = self.request("GET", "/v1/tasks", params=params, safe=True)[1]
         return TaskPage([Task.from_json(t) for t in data["tasks"]], data["next_cursor"])
 
-    def list_attempts(self, task_id: str) -> list[Attempt]:
-        data = self.request("GET", f"/v1/tasks/{task_id}/attempts", safe=True)[1]
-        return [Attempt.from_json(a) for a in data]
+    def list_attempts(self, task_id: str, page: int = 200) -> list[Attempt]:
+        """Every attempt of the task, read ``page`` at a time (the route answers a page)."""
+        out: list[Attempt] = []
+        while True:
+            params = {"cursor": out[-1].attempt_number if out else 0, "limit": page}
+            data = self.request("GET", f"/v1/tasks/{task_id}/attempts", params=params, safe=True)
+            out += [Attempt.from_json(a) for a in data[1]]
+            if len(data[1]) < page:
+                return out
 
     def get_attempt(self, task_id: str, number: int) -> Attempt:
         data = self.request("GET", f"/v1/tasks/{task_id}/attempts/{number}", safe=True)[1]

@@ -26,7 +26,12 @@ ERROR_CODES = [
     "INTERNAL",
 ]
 # The list routes' query parameters, as their resources check them.
-QUERIES = {"/v1/tasks": tasks.LIST_QUERY, "/v1/keys": keys.LIST_QUERY}
+QUERIES = {
+    "/v1/tasks": tasks.LIST_QUERY,
+    "/v1/keys": keys.LIST_QUERY,
+    "/v1/tasks/{task_id}/attempts": tasks.PAGE_QUERY,
+    "/v1/tasks/{task_id}/history": tasks.PAGE_QUERY,
+}
 
 PARAM_PATTERNS = {
     "number": "^[1-9][0-9]{0,6}$",
@@ -88,6 +93,17 @@ def build() -> dict[str, Any]:
                         op.body.schema["required"] or op.body.schema.get("minProperties")
                     ),
                     "content": {"application/json": {"schema": op.body.schema}},
+                }
+            if QUERIES.get(route.path) is tasks.PAGE_QUERY:
+                operation["responses"]["200"] = {
+                    **operation["responses"]["200"],
+                    "headers": {
+                        "Link": {
+                            "description": "The next page, when there is one: "
+                            '<PATH?cursor=N&limit=L>; rel="next"',
+                            "schema": {"type": "string"},
+                        }
+                    },
                 }
             item[method] = operation
     return {

@@ -42,6 +42,8 @@ ATTEMPT_HEAD = (
 )
 ATTEMPT_COLUMNS = ATTEMPT_HEAD + ", a.result, a.error"
 MAX_PAGE = 200
+# A page of a task's history or attempts when none is asked for (a task's own reads of them).
+HISTORY_PAGE = 100
 # Filter columns whose values may end in spaces (a concurrency key may not, K2).
 PADDED_TEXTS = {"business_key", "handler"}
 
@@ -281,26 +283,34 @@ class Scope:
             [*args, *extra_args, limit],
         )
 
-    def attempts(self, task_public_id: str) -> list[dict[str, Any]]:
-        """The task's attempts in order. Their results and errors together stay within a
-        request body's bound (L1; the first attempt's whatever their size): a later attempt
-        past it comes with both NULL and ``detail_omitted`` set, for its own read to answer.
-        A task of 100 attempts could otherwise answer 100 MiB from one server worker."""
+    def attempts(
+        self, task_public_id: str, after: int = 0, limit: int = HISTORY_PAGE, newest: bool = False
+    ) -> list[dict[str, Any]]:
+        """A page of the task's attempts: those numbered above ``after``, at most ``limit``, in
+        order (``newest``: the last ``limit`` of them, still in order). Their results and
+        errors together stay within a request body's bound (L1; the first attempt's whatever
+        their size): a later attempt past it comes with both NULL and ``detail_omitted`` set,
+        for its own read to answer. A task of 100 attempts could otherwise answer 100 MiB
+        from one server worker; a task resolved back to WAITING again and again has no
+        bound on its attempts at all, so a page has one."""
         task = self.task(task_public_id)
         texts, budget = within_budget({"result": "a.result", "error": "a.error"}, "detail_omitted")
         window = running_size(
             "COALESCE(LENGTH(result), 0) + COALESCE(LENGTH(error), 0)", "attempt_number"
         )
-        return self.db.query(
+        order = "DESC" if newest else ""
+        rows = self.db.query(
             f"SELECT {ATTEMPT_HEAD}, {texts}"
-            f" FROM (SELECT id, {window}"
-            "  FROM attempts FORCE INDEX (uq_attempts_number) WHERE task_id = %s) w"
+            f" FROM (SELECT p.id, {window} FROM (SELECT id, attempt_number, result, error"
+            "  FROM attempts FORCE INDEX (uq_attempts_number) WHERE task_id = %s"
+            f"  AND attempt_number > %s ORDER BY attempt_number {order} LIMIT %s) p) w"
             # From the task's attempts to their rows, whatever the statistics say.
             " STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = w.id"
             " STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = a.task_id"
             " ORDER BY a.attempt_number",
-            [*budget, task["id"]],
+            [*budget, task["id"], after, limit],
         )
+        return rows
 
     def attempt(self, task_public_id: str, number: int) -> dict[str, Any]:
         task = self.task(task_public_id)
@@ -325,14 +335,38 @@ class Scope:
             raise errors.NotFound("attempt not found")
         return rows[0]
 
-    def history(self, task_public_id: str) -> list[dict[str, Any]]:
+    def history(
+        self, task_public_id: str, after: int = 0, limit: int = HISTORY_PAGE, newest: bool = False
+    ) -> list[dict[str, Any]]:
+        """A page of the task's history: the events after the first ``after``, at most
+        ``limit``, oldest first (``newest``: the last ``limit`` events). Each row carries its
+        ``position`` (1 for the first event), the cursor of the page that follows it. Paged
+        by position, not by row id: the id is one sequence for the whole server. The offset
+        is walked in ``ix_task_history_task`` alone, the rows read by primary key."""
         task = self.task(task_public_id)
-        return self.db.query(
+        if newest:
+            total = self.history_count(task)
+            after = max(0, total - limit)
+        rows = self.db.query(
             "SELECT h.event, h.from_state, h.to_state, h.actor, h.details, h.concurrency_token, "
-            "a.public_id AS attempt_id, h.created_at FROM task_history h "
-            "LEFT JOIN attempts a ON a.id = h.attempt_id WHERE h.task_id = %s ORDER BY h.id",
+            "a.public_id AS attempt_id, h.created_at FROM (SELECT id FROM task_history "
+            "FORCE INDEX (ix_task_history_task) WHERE task_id = %s ORDER BY id LIMIT %s, %s) p "
+            "STRAIGHT_JOIN task_history h FORCE INDEX (PRIMARY) ON h.id = p.id "
+            "LEFT JOIN attempts a ON a.id = h.attempt_id ORDER BY h.id",
+            [task["id"], after, limit],
+        )
+        for n, row in enumerate(rows, start=after + 1):
+            row["position"] = n
+        return rows
+
+    def history_count(self, task: dict[str, Any]) -> int:
+        """How many events the task's history holds (counted in its index)."""
+        [row] = self.db.query(
+            "SELECT COUNT(*) AS n FROM task_history FORCE INDEX (ix_task_history_task) "
+            "WHERE task_id = %s",
             [task["id"]],
         )
+        return int(row["n"])
 
     def check_session_queues(self, session_public_id: str) -> None:
         """For credentials limited to some queues: NOT_FOUND for a worker session that serves

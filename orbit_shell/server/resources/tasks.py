@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 import falcon
 
@@ -11,7 +12,7 @@ from orbit_shell.engine import batches, serialize
 from orbit_shell.server import actions, auth
 from orbit_shell.server.common import in_scope_batch, item, ok, read_json, read_query, scope
 from orbit_shell.server.guard import SubmitGuard
-from orbit_shell.server.scoped import CURSOR_PATTERN, MAX_PAGE
+from orbit_shell.server.scoped import CURSOR_PATTERN, HISTORY_PAGE, MAX_PAGE
 
 STATES = (
     "WAITING",
@@ -35,6 +36,22 @@ LIST_QUERY: dict[str, validation.Check] = {
     "limit": validation.QueryInteger(1, MAX_PAGE),
 }
 FILTERS = ("queue_id", "state", "business_key", "concurrency_key")
+# GET /v1/tasks/{id}/attempts and /history: a page after ``cursor`` (the last attempt number,
+# or the position of the last event, read), ``limit`` rows; a next page is linked (Link).
+PAGE_QUERY: dict[str, validation.Check] = {
+    "cursor": validation.QueryInteger(0, 2**31 - 1),
+    "limit": validation.QueryInteger(1, MAX_PAGE),
+}
+
+
+def _paged(req: falcon.Request, resp: falcon.Response, rows: list, limit: int, last) -> list:
+    """The page of ``rows`` (read ``limit + 1``), with ``Link: <...>; rel="next"`` when more
+    follow; ``last`` gives the cursor of a row."""
+    if len(rows) > limit:
+        rows = rows[:limit]
+        nxt = urlencode({"cursor": last(rows[-1]), "limit": limit})
+        resp.set_header("Link", f'<{req.path}?{nxt}>; rel="next"')
+    return rows
 
 
 class Tasks:
@@ -141,7 +158,11 @@ class Tasks:
 
     def on_get_attempts(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
         s = scope(req, "tasks:read")
-        ok(req, resp, [serialize.attempt(r) for r in s.attempts(task_id)])
+        query = read_query(req, PAGE_QUERY)
+        limit = query.get("limit", HISTORY_PAGE)
+        rows = s.attempts(task_id, query.get("cursor", 0), limit + 1)
+        rows = _paged(req, resp, rows, limit, lambda r: r["attempt_number"])
+        ok(req, resp, [serialize.attempt(r) for r in rows])
 
     def on_get_attempt(self, req, resp, task_id: str, number: str) -> None:
         s = scope(req, "tasks:read")  # number is digits: checked with every path id in app.py
@@ -149,6 +170,10 @@ class Tasks:
 
     def on_get_history(self, req: falcon.Request, resp: falcon.Response, task_id: str) -> None:
         s = scope(req, "tasks:read")
+        query = read_query(req, PAGE_QUERY)
+        limit = query.get("limit", HISTORY_PAGE)
+        rows = s.history(task_id, query.get("cursor", 0), limit + 1)
+        rows = _paged(req, resp, rows, limit, lambda r: r["position"])
         ok(
             req,
             resp,
@@ -167,7 +192,7 @@ class Tasks:
                     ),
                     "at": serialize.iso(h["created_at"]),
                 }
-                for h in s.history(task_id)
+                for h in rows
             ],
         )
 

@@ -39,6 +39,7 @@ TASK_FILTERS = {
 }
 KEY_QUERY = key_routes.LIST_QUERY
 PAGE = 50
+TASK_ROWS = 20  # a task page's last attempts and history events
 MAX_FORM_BYTES = 16_384
 
 
@@ -280,11 +281,47 @@ class Dashboard:
                 "row": row,
                 "why": why,
                 "waiting": serialize.waiting(row, why),
-                "attempts": s.attempts(task_id),
-                "history": s.history(task_id),
+                **self._last_rows(s, row, task_id),
             }
 
         self._page(req, resp, "task.html", build)
+
+    @staticmethod
+    def _last_rows(s: Scope, row: dict, task_id: str) -> dict:
+        """A task page's last attempts and events (a history has no bound: resolving back to
+        WAITING raises max_attempts), with whether older ones exist."""
+        attempts = s.attempts(task_id, 0, TASK_ROWS + 1, newest=True)
+        return {
+            "attempts": attempts[-TASK_ROWS:],
+            "attempts_older": len(attempts) > TASK_ROWS,
+            "history": s.history(task_id, 0, TASK_ROWS, newest=True),
+            "history_total": s.history_count(row),
+        }
+
+    def _task_rows(self, req, resp, task_id: str, kind: str) -> None:
+        def build(s: Scope) -> dict:
+            given = req.get_param("cursor") or "0"
+            after = task_routes.PAGE_QUERY["cursor"]("cursor", given)
+            read = s.attempts if kind == "attempts" else s.history
+            rows = read(task_id, after, PAGE + 1)
+            last = "attempt_number" if kind == "attempts" else "position"
+            base = f"/ui/tasks/{task_id}/{kind}"
+            return {
+                "kind": kind,
+                "title": "Attempts" if kind == "attempts" else "History",
+                "task_id": task_id,
+                "rows": rows[:PAGE],
+                "next_url": f"{base}?cursor={rows[PAGE - 1][last]}" if len(rows) > PAGE else None,
+                "first_url": base if after else None,
+            }
+
+        self._page(req, resp, "task_rows.html", build)
+
+    def on_get_task_attempts(self, req, resp, task_id: str) -> None:
+        self._task_rows(req, resp, task_id, "attempts")
+
+    def on_get_task_history(self, req, resp, task_id: str) -> None:
+        self._task_rows(req, resp, task_id, "history")
 
     def on_get_keys(self, req, resp) -> None:
         def build(s: Scope) -> dict:
@@ -399,6 +436,8 @@ ROUTES = [
     ("/ui/queues/{queue_id}/resume", "queue_resume"),
     ("/ui/tasks", "tasks"),
     ("/ui/tasks/{task_id}", "task"),
+    ("/ui/tasks/{task_id}/attempts", "task_attempts"),
+    ("/ui/tasks/{task_id}/history", "task_history"),
     ("/ui/tasks/{task_id}/cancel", "task_cancel"),
     ("/ui/tasks/{task_id}/resolve", "task_resolve"),
     ("/ui/keys", "keys"),
