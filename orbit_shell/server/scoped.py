@@ -253,7 +253,30 @@ class Scope:
                 raise errors.NotFound("concurrency key not found")
         return row
 
-    def tasks(self, filters: dict[str, Any], after: int, limit: int) -> list[dict[str, Any]]:
+    def tasks_examined(
+        self, filters: dict[str, Any], after: int, limit: int, examine: int
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of tasks as ``tasks`` reads it, for a filter no index serves (the
+        dashboard's handler): at most ``examine`` tasks of the other filters are read; when
+        they are all read before the page is full, the page comes back short with where to go
+        on (the public id of the last task read, one the credential can see), else None."""
+        narrower = {k: v for k, v in filters.items() if k != "handler"}
+        window = self.tasks(narrower, after, examine, columns="t.id, t.public_id")
+        if not window:
+            return [], None
+        last = window[-1]
+        rows = self.tasks(filters, after, limit, upto=last["id"])
+        full = len(window) == examine and len(rows) < limit
+        return rows, last["public_id"] if full else None
+
+    def tasks(
+        self,
+        filters: dict[str, Any],
+        after: int,
+        limit: int,
+        columns: str = TASK_LIST_COLUMNS,
+        upto: int | None = None,
+    ) -> list[dict[str, Any]]:
         """A page of tasks in id order after ``after``, as summaries (``TASK_LIST_COLUMNS``);
         filters are exact matches.
 
@@ -263,13 +286,16 @@ class Scope:
         too: the columns' collation pads with spaces, so ``=`` alone took ``a`` for ``a ``."""
         where = ["t.namespace_id = %s", "t.id > %s"]
         args: list[Any] = [self.namespace_id, after]
+        if upto is not None:  # tasks_examined's window
+            where.append("t.id <= %s")
+            args.append(upto)
         indexes = []
         for column, index in LIST_INDEXES.items():
             if column in filters:
                 where.append(f"t.{column} = %s")
                 args.append(filters[column])
                 indexes.append(index)
-        if "handler" in filters:  # the dashboard's filter; no index, read along another one
+        if "handler" in filters:  # the dashboard's: no index, so within tasks_examined's window
             where.append("t.handler = %s")
             args.append(filters["handler"])
         for column in PADDED_TEXTS & filters.keys():
@@ -278,7 +304,7 @@ class Scope:
         extra, extra_args = self._queue_filter("t.queue_id")
         hint = f"FORCE INDEX ({', '.join(indexes or ['ix_tasks_ns'])})"
         return self.db.query(
-            f"SELECT {TASK_LIST_COLUMNS} FROM tasks t {hint} {TASK_JOINS} "
+            f"SELECT {columns} FROM tasks t {hint} {TASK_JOINS} "
             f"WHERE {' AND '.join(where)}{extra} ORDER BY t.id LIMIT %s",
             [*args, *extra_args, limit],
         )

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from tests.acceptance.ui import signed_in
-from tests.helpers import Session, limited_credential, submit
+from tests.helpers import Session, delete_tasks, limited_credential, submit, waiting_in_bulk
 
 PAGE_HEADERS = ("content-security-policy", "x-frame-options", "cache-control")
 
@@ -258,3 +258,26 @@ def test_l1_a_task_s_history_and_attempts_come_a_page_at_a_time(
     page.goto(orbit_server + f"/ui/tasks/{task}")
     page.click("#older-attempts")
     assert page.locator("main table tr").count() == 31
+
+
+def test_l1_a_handler_filter_reads_a_bounded_stretch_and_offers_to_go_on(
+    browser, orbit_server, client, tenant, database
+):
+    """The handler filter read every task of the namespace (100,000 rows) for each page."""
+    from orbit_shell.server.ui.pages import HANDLER_EXAMINED
+
+    early = _task(client, tenant, handler="needle")
+    span = waiting_in_bulk(database, tenant, tenant.queue_id, HANDLER_EXAMINED + 10, "DELAYED")
+    try:
+        late = _task(client, tenant, handler="needle")
+        page = signed_in(browser, orbit_server, tenant.token)
+        page.goto(orbit_server + "/ui/tasks?handler=needle")
+        found = page.locator("main table tr td:first-child a").all_inner_texts()
+        assert found == [early[:12] + "…"], found
+        assert page.locator("#examined").count() == 1
+        page.click("#tasks-next")  # "Search further": the next stretch holds the other
+        found = page.locator("main table tr td:first-child a").all_inner_texts()
+        assert found == [late[:12] + "…"], found
+        assert page.locator("#tasks-next").count() == 0
+    finally:
+        delete_tasks(database, span)
