@@ -27,8 +27,9 @@ LIST_QUERY: dict[str, validation.Check] = {
 
 class Keys:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-        """Held and contended keys, longest wait first; ``state=idle`` pages idle keys in
-        byte order (nothing waits for them)."""
+        """Held and contended keys, longest wait first; ``state=idle`` pages idle keys
+        (nothing waits for them) in the order of their first use, or in byte order for a
+        credential limited to some queues (read from its own queues' tasks alone)."""
         s = scope(req, "tasks:read")
         query = read_query(req, LIST_QUERY)
         pages = keypages.KeyPages(s, query.get("prefix"))
