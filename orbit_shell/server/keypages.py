@@ -8,8 +8,9 @@ and its LEASED and RUNNING keyed attempts (``ix_attempts_queue_lease``, as many 
 attempts in flight). Idle keys come in the order of their first use, along the same index's
 ``waiting_since IS NULL`` range (its rows end with the key row's id); for a credential
 limited to some queues, in byte order from its own queues' tasks (``_idle_in_queues``).
-No read walks the parked tasks: each key on a page is then read as ``GET /v1/keys/{key}`` reads it, so its
-parked count and oldest parked task are exact and its tasks respect the credential's queues.
+No read walks the parked tasks: each key on a page is then read as ``GET /v1/keys/{key}``
+reads it, so its parked count and oldest parked task are exact and its tasks respect the
+credential's queues.
 """
 
 from __future__ import annotations
