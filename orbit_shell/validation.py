@@ -378,12 +378,11 @@ class Shape:
 
     @property
     def schema(self) -> dict[str, Any]:
-        out = {
-            "type": "object",
-            "additionalProperties": False,
-            "required": [n for n, f in self.fields.items() if f.required],
-            "properties": {n: f.check.schema for n, f in self.fields.items()},
-        }
+        out: dict[str, Any] = {"type": "object", "additionalProperties": False}
+        required = [n for n, f in self.fields.items() if f.required]
+        if required:  # OpenAPI 3.0 wants at least one name, or no "required" at all
+            out["required"] = required
+        out["properties"] = {n: f.check.schema for n, f in self.fields.items()}
         if self.min_fields:
             out["minProperties"] = self.min_fields
         return out

@@ -90,7 +90,7 @@ def build() -> dict[str, Any]:
                 operation["requestBody"] = {
                     # An empty body reads as {}: it may be left out when {} is valid.
                     "required": bool(
-                        op.body.schema["required"] or op.body.schema.get("minProperties")
+                        op.body.schema.get("required") or op.body.schema.get("minProperties")
                     ),
                     "content": {"application/json": {"schema": op.body.schema}},
                 }
@@ -153,7 +153,16 @@ def build() -> dict[str, Any]:
                     "properties": {
                         "code": {"type": "string", "enum": ERROR_CODES},
                         "message": {"type": "string"},
-                        "details": {"type": "array"},
+                        "details": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "field": {"type": "string"},
+                                    "message": {"type": "string"},
+                                },
+                            },
+                        },
                     },
                 },
                 "Error": {
