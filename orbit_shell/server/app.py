@@ -33,6 +33,7 @@ from orbit_shell.server.resources.tasks import Tasks
 from orbit_shell.server.resources.workers import Workers
 from orbit_shell.server.routes import ROUTES
 from orbit_shell.server.ui import pages as dashboard
+from orbit_shell.server.ui.session import Sessions
 from orbit_shell.validation import HEX32
 
 log = logging.getLogger("orbit.api")
@@ -107,6 +108,11 @@ class RequestContext:
 
     def process_response(self, req, resp, resource, req_succeeded) -> None:
         resp.set_header("X-Request-Id", req.context.request_id)
+        # Every answer: no content sniffing (a JSON body is never run as a page), and no
+        # address of a page (a task id, a key) sent on to another site ("no-referrer" would make
+        # browsers send "Origin: null" with the dashboard's own forms).
+        resp.set_header("X-Content-Type-Options", "nosniff")
+        resp.set_header("Referrer-Policy", "same-origin")
         route = req.uri_template or "unmatched"
         method = req.method if req.method in METRIC_METHODS else "other"
         self.requests.labels(method, route, str(resp.status_code)).inc()
@@ -203,7 +209,13 @@ def create_app(
     for route in ROUTES:
         kwargs = {"suffix": route.suffix} if route.suffix else {}
         app.add_route(route.falcon_path, resources[route.resource], **kwargs)
-    boundary = ErrorBoundary(dashboard.mount(app, database))
+    sessions = Sessions(
+        (config.session_secret or "").encode(),
+        config.session_seconds,
+        config.public_url,
+        bool(config.trust_forwarded),
+    )
+    boundary = ErrorBoundary(dashboard.mount(app, database, sessions))
     # Most specific first: Falcon picks the handler of the nearest class in the MRO.
     app.add_error_handler(Exception, boundary.unexpected)
     app.add_error_handler(falcon.HTTPError, boundary.http_error)

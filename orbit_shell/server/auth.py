@@ -99,13 +99,25 @@ def authenticate(database: Database, header: str | None) -> Principal:
         Unauthenticated: missing, malformed, unknown, revoked or wrong token.
     """
     public_id, digest = bearer(header)
+    return authenticate_with(
+        database, public_id, lambda stored: hmac.compare_digest(stored, digest)
+    )
+
+
+def authenticate_with(database: Database, public_id: str, proves) -> Principal:
+    """The Principal of credential ``public_id`` when ``proves(stored secret hash)`` holds and
+    the credential is not revoked: a bearer token's hash, or a dashboard session's signature.
+
+    Raises:
+        Unauthenticated: unknown, revoked, or not proven.
+    """
     rows = database.query(
         "SELECT id, application_id, environment_id, namespace_id, secret_sha256, scopes, "
         "all_queues, revoked_at FROM credentials WHERE public_id = %s",
         (public_id,),
     )
     stored = rows[0]["secret_sha256"] if rows else _NEVER
-    if not hmac.compare_digest(stored, digest) or not rows or rows[0]["revoked_at"]:
+    if not proves(stored) or not rows or rows[0]["revoked_at"]:
         raise errors.Unauthenticated()
     row = rows[0]
     queue_ids: frozenset[int] = frozenset()

@@ -40,6 +40,13 @@ class Config:
             (and the leader's checks that it still holds it): the takeover bound (H4).
         metrics_token: when set (``ORBIT_METRICS_TOKEN``), ``/metrics`` answers only requests
             bearing it; unset, it is open to whoever reaches the server.
+        public_url: the dashboard's address as browsers see it (``https://orbit.example``);
+            a form must come from its origin. Unset: the request's own scheme and host.
+        trust_forwarded: 1 when a trusted proxy sets X-Forwarded-Proto / X-Forwarded-Host
+            (and X-Forwarded-For for the sign-in limit); 0 (default) ignores them.
+        session_secret: mixed into every dashboard session's signature; without it whoever
+            reads the credentials table could sign a session.
+        session_seconds: how long a dashboard sign-in lasts.
     """
 
     dsn: str
@@ -60,6 +67,10 @@ class Config:
     db_timeout: float = db.IO_TIMEOUT
     leader_interval: float = 1.0
     metrics_token: str | None = None
+    public_url: str | None = None
+    trust_forwarded: int = 0
+    session_secret: str | None = None
+    session_seconds: int = 12 * 3600
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -111,10 +122,19 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "ORBIT_DB_TIMEOUT": ("db_timeout", "seconds a database connection waits for an answer"),
     "ORBIT_LEADER_INTERVAL": ("leader_interval", "seconds between bids to lead the sweeps"),
     "ORBIT_METRICS_TOKEN": ("metrics_token", "bearer token /metrics asks for (unset: open)"),
+    "ORBIT_PUBLIC_URL": ("public_url", "the dashboard's public address; forms must come from it"),
+    "ORBIT_TRUST_FORWARDED": ("trust_forwarded", "1: trust the proxy's X-Forwarded-* headers"),
+    "ORBIT_SESSION_SECRET": ("session_secret", "secret mixed into dashboard session signatures"),
+    "ORBIT_SESSION_SECONDS": ("session_seconds", "seconds a dashboard sign-in lasts"),
 }
 
 
-OFF = {"sweep_interval", "schedule_interval", "submit_rate"}  # where 0 turns the thing off
+OFF = {
+    "sweep_interval",
+    "schedule_interval",
+    "submit_rate",
+    "trust_forwarded",
+}  # where 0 turns the thing off
 
 
 def environment_help() -> str:

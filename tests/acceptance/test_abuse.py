@@ -470,7 +470,7 @@ def test_a_chunked_form_is_read_like_any_other(orbit_server, database, tmp_path)
     finally:
         sock.close()
     head = data.partition(b"\r\n\r\n")[0].decode().lower()
-    assert code == 303 and "location: /ui/" in head and "set-cookie: orbit_token=" in head, data
+    assert code == 303 and "location: /ui/" in head and "set-cookie: orbit_session=" in head, data
     big = _chunked("/ui/login", None, b"token=" + b"x" * 20_000, media=media)
     sock = _open(orbit_server, big)
     try:

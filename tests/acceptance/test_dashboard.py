@@ -159,7 +159,7 @@ def test_v1_a_sign_in_or_out_posted_from_another_site_is_refused(browser, orbit_
         max_redirects=0,
     )
     assert forged.status == 403, forged.text()
-    assert [c for c in context.cookies() if c["name"] == "orbit_token"] == []
+    assert [c for c in context.cookies() if c["name"] == "orbit_session"] == []
     context.close()
     page = signed_in(browser, orbit_server, tenant.token)  # the page's own form signs in
     out = page.request.post(

@@ -173,7 +173,7 @@ def test_v3_a_credential_that_cannot_read_tasks_is_refused_at_sign_in(
         page.click("button[type=submit]")
     assert answer.value.status == 403
     assert "tasks:read" in page.inner_text("#login-refused")
-    assert [c for c in context.cookies() if c["name"] == "orbit_token"] == []
+    assert [c for c in context.cookies() if c["name"] == "orbit_session"] == []
     context.close()
 
 

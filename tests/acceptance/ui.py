@@ -30,7 +30,7 @@ def signed_in(browser, url: str, token: str, **options):
     page.fill("input[name=token]", token)
     page.click("button[type=submit]")
     assert page.url.endswith("/ui/"), page.content()
-    [cookie] = [c for c in context.cookies() if c["name"] == "orbit_token"]
+    [cookie] = [c for c in context.cookies() if c["name"] == "orbit_session"]
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     return page
 

@@ -1,6 +1,6 @@
 """The operator dashboard under ``/ui/``: server-rendered pages over the API's scoped reads.
 
-Every page authenticates with the signed-in credential (``session.principal``) and reads
+Every page authenticates with the signed-in session (``Sessions.principal``) and reads
 through ``Scope`` (namespace and queue scope, SPEC 1), the key pages through ``KeyPages``;
 every change goes through ``actions``, the functions the API calls. A page offers only the
 actions the credential's scopes allow, and a POST is refused without the page's CSRF token.
@@ -30,6 +30,8 @@ from orbit_shell.server.resources import tasks as task_routes
 from orbit_shell.server.resources.schedules import schedule_list, schedule_view
 from orbit_shell.server.scoped import Scope
 from orbit_shell.server.ui import reads, session
+from orbit_shell.server.ui.session import Sessions
+from orbit_shell.server.ui.signins import SignInGuard
 
 TEMPLATES = Path(__file__).parent / "templates"
 # The pages' filters, checked as the API checks its list routes' query parameters.
@@ -122,8 +124,10 @@ class Dashboard:
 
     auth_exempt = True  # the cookie, not an Authorization header, signs a page in
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, sessions: Sessions, sign_ins: SignInGuard) -> None:
         self.db = database
+        self.sessions = sessions
+        self.sign_ins = sign_ins
         self.env = _environment()
 
     # Rendering ------------------------------------------------------------------------------
@@ -161,7 +165,7 @@ class Dashboard:
         """Sign the page in, build its context with the scope, render; sign-in problems go to
         the sign-in page, refusals and unknown objects to an error page."""
         try:
-            s = Scope(self.db, session.principal(self.db, req))
+            s = Scope(self.db, self.sessions.principal(self.db, req))
             s.principal.require("tasks:read")  # every page reads tasks
             context = build(s)
         except errors.Unauthenticated:
@@ -170,7 +174,12 @@ class Dashboard:
             self._error(req, resp, exc)
             return
         self._render(
-            req, resp, name, scopes=s.principal.scopes, csrf=session.csrf_token(req), **context
+            req,
+            resp,
+            name,
+            scopes=s.principal.scopes,
+            csrf=self.sessions.csrf_token(req),
+            **context,
         )
 
     def _error(self, req, resp, exc: errors.OrbitError) -> None:
@@ -193,13 +202,13 @@ class Dashboard:
 
     # Sign-in ---------------------------------------------------------------------------------
     def on_get_login(self, req, resp) -> None:
-        self._render(req, resp, "login.html", scopes=frozenset(), csrf="", failed=False)
+        self._render(req, resp, "login.html", scopes=frozenset(), csrf="", failed="", wait=0)
 
     def _posted_elsewhere(self, req, resp) -> bool:
-        """True, with the refusal answered, for a POST from another origin (session.check_origin):
-        the sign-in and sign-out, whose forms carry no CSRF token for _act to check."""
+        """True, with the refusal answered, for a POST from another origin (check_origin): the
+        sign-in and sign-out, whose forms carry no CSRF token for _act to check."""
         try:
-            session.check_origin(req)
+            self.sessions.check_origin(req)
         except errors.PermissionDenied as exc:
             self._error(req, resp, exc)
             return True
@@ -208,26 +217,42 @@ class Dashboard:
     def on_post_login(self, req, resp) -> None:
         if self._posted_elsewhere(req, resp):
             return
+        address = self._client(req)
+        wait = self.sign_ins.wait(address)
+        if wait:
+            resp.set_header("Retry-After", str(wait))
+            self._login_refused(req, resp, falcon.HTTP_429, "too-many", wait=wait)
+            return
         form = self._form(req)
         token = form.get("token", "").strip()
         try:
             who = auth.authenticate(self.db, "Bearer " + token)
         except errors.Unauthenticated:
+            self.sign_ins.failed(address, "unknown token")
             self._login_refused(req, resp, falcon.HTTP_401, "unknown")
             return
         if "tasks:read" not in who.scopes:  # every page reads tasks: it would see only 403s
+            self.sign_ins.failed(address, "no tasks:read")
             self._login_refused(req, resp, falcon.HTTP_403, "no-read")
             return
-        session.sign_in(req, resp, token)
+        self.sessions.sign_in(req, resp, token)
         raise falcon.HTTPSeeOther("/ui/")
 
-    def _login_refused(self, req, resp, status: str, why: str) -> None:
-        self._render(req, resp, "login.html", status, scopes=frozenset(), csrf="", failed=why)
+    def _client(self, req) -> str:
+        """The address a sign-in comes from (the proxy's client when the proxy is trusted)."""
+        if self.sessions.trust_forwarded and req.access_route:
+            return req.access_route[0]
+        return req.remote_addr or "unknown"
+
+    def _login_refused(self, req, resp, status: str, why: str, wait: int = 0) -> None:
+        self._render(
+            req, resp, "login.html", status, scopes=frozenset(), csrf="", failed=why, wait=wait
+        )
 
     def on_post_logout(self, req, resp) -> None:
         if self._posted_elsewhere(req, resp):
             return
-        session.sign_out(resp)
+        self.sessions.sign_out(resp)
         raise falcon.HTTPSeeOther("/ui/login")
 
     # Pages -----------------------------------------------------------------------------------
@@ -401,9 +426,9 @@ class Dashboard:
 
     def _act(self, req, resp, change) -> None:
         try:
-            s = Scope(self.db, session.principal(self.db, req))
+            s = Scope(self.db, self.sessions.principal(self.db, req))
             form = self._form(req)
-            session.check_post(req, form)
+            self.sessions.check_post(req, form)
             change(s, form)
         except errors.Unauthenticated:
             raise falcon.HTTPSeeOther("/ui/login") from None
@@ -466,9 +491,9 @@ for _path, _suffix in ROUTES:
         setattr(Dashboard, f"on_head_{_suffix}", getattr(Dashboard, f"on_get_{_suffix}"))
 
 
-def mount(app: falcon.App, database: Database) -> Dashboard:
+def mount(app: falcon.App, database: Database, sessions: Sessions) -> Dashboard:
     """Add the pages to ``app``; the Dashboard also renders the app's errors under /ui/."""
-    dashboard = Dashboard(database)
+    dashboard = Dashboard(database, sessions, SignInGuard())
     for path, suffix in ROUTES:
         app.add_route(path, dashboard, suffix=suffix)
     app.add_route("/ui", Redirect("/ui/"))
