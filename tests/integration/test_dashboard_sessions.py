@@ -182,3 +182,31 @@ def test_every_answer_says_nosniff_and_keeps_its_address_to_itself(make_client, 
     ):
         assert answer.headers["x-content-type-options"] == "nosniff"
         assert answer.headers["referrer-policy"] == "same-origin"
+
+
+class _Broken:
+    """A resource whose handler fails as a bug would: the error boundary's subject."""
+
+    auth_exempt = True
+
+    def on_get(self, req, resp):
+        raise RuntimeError("a bug")
+
+
+def test_v3_an_unexpected_error_under_ui_is_a_500_page_and_json_elsewhere(
+    orbit_dsn, database, caplog
+):
+    """A JSON body set on an HTML response could not be serialised: Falcon answered such
+    errors as an empty 415."""
+    app = create_app(Config(dsn=orbit_dsn), database=database)
+    app.add_route("/ui/broken", _Broken())
+    app.add_route("/v1/broken", _Broken())
+    client = testing.TestClient(app)
+    caplog.set_level(logging.ERROR, logger="orbit.api")
+    page = client.simulate_get("/ui/broken")
+    assert page.status_code == 500 and page.headers["content-type"].startswith("text/html")
+    assert "content-security-policy" in page.headers and "INTERNAL" in page.text
+    assert "a bug" not in page.text
+    api = client.simulate_get("/v1/broken")
+    assert api.status_code == 500 and api.json["error"]["code"] == "INTERNAL"
+    assert len([r for r in caplog.records if r.getMessage() == "unhandled error"]) == 2
