@@ -181,13 +181,7 @@ def promote(
         status = _one(conn, "SHOW SLAVE STATUS")
         if status is None:
             raise PromoteError(f"{_where(target)} is not a replica: refusing to promote it")
-        try:
-            _one(conn, "SELECT 1 FROM orbit_meta LIMIT 1")
-            target_epoch = _epoch(conn)
-        except pymysql.MySQLError as exc:
-            raise PromoteError(
-                f"{_where(target)} holds no Orbit database ({exc.args[1]}): refusing"
-            ) from exc
+        target_epoch = _orbit_epoch(conn, target)
         source = f"{status['Master_Host']}:{status['Master_Port']}"
         if old_primary and source != _where(old_primary):
             raise PromoteError(
@@ -244,15 +238,8 @@ def promote(
         with conn.cursor() as cur:
             cur.execute("STOP SLAVE")
             cur.execute("RESET SLAVE ALL")
-            # A statement, not a routine: Orbit's routines run as their definer, the
-            # application's account, which read_only refuses until the epoch is raised.
-            cur.execute(
-                "UPDATE token_epoch SET epoch = %s, advanced_at = UTC_TIMESTAMP(6), note = %s "
-                "WHERE id = 1",
-                (new_epoch, f"orbit-admin promote: was a replica of {source}"),
-            )
-        if epoch_file is not None:
-            epoch_file.write_text(json.dumps({"epoch": new_epoch, "primary": _where(target)}))
+        _write_epoch(conn, new_epoch, f"orbit-admin promote: was a replica of {source}")
+        _keep_epoch(epoch_file, new_epoch, target)
         say(
             f"token epoch {target_epoch} -> {new_epoch}: tokens from now on start at "
             f"{new_epoch << 40}"
@@ -293,28 +280,43 @@ def raise_epoch(
     try:
         if _one(conn, "SHOW SLAVE STATUS") is not None:
             raise PromoteError(f"{_where(target)} is a replica: promote it instead")
-        try:
-            _one(conn, "SELECT 1 FROM orbit_meta LIMIT 1")
-            current = _epoch(conn)
-        except pymysql.MySQLError as exc:
-            raise PromoteError(
-                f"{_where(target)} holds no Orbit database ({exc.args[1]}): refusing"
-            ) from exc
+        current = _orbit_epoch(conn, target)
         new_epoch = max(current, written_epoch or 0) + 1
         if new_epoch > EPOCH_MAX:
             raise PromoteError("the token epochs are used up (2^24 raises): refusing")
-        with conn.cursor() as cur:
-            cur.execute(
-                "UPDATE token_epoch SET epoch = %s, advanced_at = UTC_TIMESTAMP(6), note = %s "
-                "WHERE id = 1",
-                (new_epoch, "orbit-admin raise-epoch"),
-            )
-        if epoch_file is not None:
-            epoch_file.write_text(json.dumps({"epoch": new_epoch, "primary": _where(target)}))
+        _write_epoch(conn, new_epoch, "orbit-admin raise-epoch")
+        _keep_epoch(epoch_file, new_epoch, target)
         say(f"token epoch {current} -> {new_epoch}: tokens from now on start at {new_epoch << 40}")
         return new_epoch
     finally:
         conn.close()
+
+
+def _orbit_epoch(conn, target: str) -> int:
+    """The token epoch of the Orbit database on ``conn``; refused when there is none."""
+    try:
+        _one(conn, "SELECT 1 FROM orbit_meta LIMIT 1")
+        return _epoch(conn)
+    except pymysql.MySQLError as exc:
+        raise PromoteError(
+            f"{_where(target)} holds no Orbit database ({exc.args[1]}): refusing"
+        ) from exc
+
+
+def _write_epoch(conn, epoch: int, note: str) -> None:
+    # A statement, not a routine: Orbit's routines run as their definer, the application's
+    # account, which read_only refuses until the epoch is raised.
+    with conn.cursor() as cur:
+        cur.execute(
+            "UPDATE token_epoch SET epoch = %s, advanced_at = UTC_TIMESTAMP(6), note = %s "
+            "WHERE id = 1",
+            (epoch, note),
+        )
+
+
+def _keep_epoch(epoch_file: Path | None, epoch: int, target: str) -> None:
+    if epoch_file is not None:
+        epoch_file.write_text(json.dumps({"epoch": epoch, "primary": _where(target)}))
 
 
 def _caught_up(conn, position: str, seconds: int) -> bool:

@@ -9,14 +9,10 @@ actions the credential's scopes allow, and a POST is refused without the page's 
 from __future__ import annotations
 
 import datetime as dt
-import re
-import unicodedata
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import falcon
-import jinja2
 from falcon.util.uri import parse_query_string
 from markupsafe import Markup
 
@@ -29,11 +25,10 @@ from orbit_shell.server.resources import keys as key_routes
 from orbit_shell.server.resources import tasks as task_routes
 from orbit_shell.server.resources.schedules import schedule_list, schedule_view
 from orbit_shell.server.scoped import Scope
-from orbit_shell.server.ui import reads, session
+from orbit_shell.server.ui import reads, render, session
 from orbit_shell.server.ui.session import Sessions
 from orbit_shell.server.ui.signins import SignInGuard
 
-TEMPLATES = Path(__file__).parent / "templates"
 # The pages' filters, checked as the API checks its list routes' query parameters.
 TASK_FILTERS = {
     **{n: task_routes.LIST_QUERY[n] for n in ("state", "queue_id", "concurrency_key")},
@@ -48,77 +43,6 @@ HANDLER_EXAMINED = 5_000
 MAX_FORM_BYTES = 16_384
 
 
-# Where a form may send the browser back to: a page's own percent-encoded path, no query, no
-# fragment, no "." or ".." segment (a key such as "k/../../queues?x=1#f" must not lead
-# elsewhere), ASCII only (a Location header is Latin-1; a decoded "€" failed after the commit).
-BACK_RE = re.compile(r"^/ui/[A-Za-z0-9._~%-]*(/[A-Za-z0-9._~%-]+)*$")
-
-
-def back_to(value: str) -> str:
-    """The page a form's ``back`` names when it is one of ours, else the overview."""
-    if BACK_RE.match(value) and not {".", ".."} & set(value.split("/")):
-        return value
-    return "/ui/"
-
-
-def _ago(at: dt.datetime | None, now: dt.datetime) -> str:
-    if at is None:
-        return ""
-    seconds = (now - at).total_seconds()
-    later, seconds = seconds < 0, abs(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            text = f"{int(seconds // size)} {unit}"
-            break
-    else:
-        text = f"{int(seconds)} s"
-    return f"in {text}" if later else f"{text} ago"
-
-
-# Characters that change how the text around them reads without showing themselves: format
-# characters (bidi overrides and isolates, zero-width spaces and joiners), line and paragraph
-# separators, and the fillers that render blank. "user/\u202egnp.exe" read "user/exe.png".
-_INVISIBLE = {"Cf", "Zl", "Zp"}
-_FILLERS = frozenset("\u115f\u1160\u3164\uffa0")
-
-
-def visible(text: str) -> str:
-    """``text`` with every invisible character written out as ``⟨U+XXXX⟩``."""
-    if text.isascii():
-        return text
-    return "".join(
-        f"⟨U+{ord(c):04X}⟩" if c in _FILLERS or unicodedata.category(c) in _INVISIBLE else c
-        for c in text
-    )
-
-
-def _shown(value: Any) -> Any:
-    """Every ``{{ }}`` output: user strings with invisible characters made visible (markup the
-    page built itself, such as ``when``'s, is left as it is)."""
-    return visible(value) if isinstance(value, str) and not isinstance(value, Markup) else value
-
-
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        finalize=_shown,
-    )
-    env.filters["keypath"] = lambda key: quote(key, safe="")
-    # A form field's value as typed, so that sending the form again filters by the same text.
-    env.filters["verbatim"] = lambda text: Markup.escape(text)
-    env.globals["figure"] = _figure
-    return env
-
-
-def _figure(row: dict[str, Any], name: str) -> str:
-    """A counted figure of a row (queuecounts): "10,000+" where the count stopped."""
-    return f"{row[name]:,}+" if name in row["lower_bounds"] else str(row[name])
-
-
 class Dashboard:
     """All ``/ui`` routes; Falcon suffixes name the pages."""
 
@@ -128,7 +52,7 @@ class Dashboard:
         self.db = database
         self.sessions = sessions
         self.sign_ins = sign_ins
-        self.env = _environment()
+        self.env = render.environment()
 
     # Rendering ------------------------------------------------------------------------------
     def _render(self, req, resp, name: str, status=falcon.HTTP_200, **context: Any) -> None:
@@ -142,7 +66,7 @@ class Dashboard:
             if isinstance(at, str):
                 at = dt.datetime.fromisoformat(at.removesuffix("Z"))
             return Markup('<time datetime="{0}">{1}</time> <small>{2} UTC</small>').format(
-                serialize.iso(at), _ago(at, now), at.strftime("%Y-%m-%d %H:%M:%S")
+                serialize.iso(at), render.ago(at, now), at.strftime("%Y-%m-%d %H:%M:%S")
             )
 
         resp.status = status
@@ -435,7 +359,7 @@ class Dashboard:
         except errors.OrbitError as exc:
             self._error(req, resp, exc)
             return
-        raise falcon.HTTPSeeOther(back_to(form.get("back", "")))
+        raise falcon.HTTPSeeOther(render.back_to(form.get("back", "")))
 
     def on_post_queue_pause(self, req, resp, queue_id: str) -> None:
         self._act(req, resp, lambda s, f: actions.set_queue_state(s, queue_id, "PAUSED"))
