@@ -299,3 +299,47 @@ def test_v1_l1_idle_keys_of_some_queues_never_read_the_other_queues_keys(
         one.close()
     assert [k["concurrency_key"] for k in found] == ["own/a", "own/b", "own/é"] and not cursor
     assert reads < 500, reads  # the old walk read the 3,000 other keys, and each key's tasks
+
+
+def test_v1_l1_a_page_of_idle_keys_looks_at_a_bounded_number_and_goes_on(client, tenant, database):
+    """1,200 keys of the credential's queue that are held (their rows name a holder, one no
+    attempt is) come
+    before its one idle key: the first page looks at 1,000 of them, finds nothing and ends
+    with a cursor; walking on finds the idle key."""
+    import secrets
+
+    from orbit_shell.engine import db as engine_db
+    from orbit_shell.server.keypages import IDLE_EXAMINED
+
+    submit(client, tenant, None, 201, concurrency_key="zz/idle")
+    [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
+    keys = [f"busy/{n:05}" for n in range(IDLE_EXAMINED + 200)]
+    conn = engine_db.connect(database.dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
+                "idempotency_key, handler, handler_version, payload_version, payload, "
+                "concurrency_key, priority, state, lane, max_attempts, available_at, "
+                "created_at, updated_at, finished_at) VALUES (%s, %s, %s, %s, %s, 'h', 'v1', "
+                "'v1', '{}', %s, 5, 'SUCCEEDED', NULL, 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), "
+                "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+                [
+                    (secrets.token_hex(16), tenant.namespace_id, tenant.application_id, queue["id"])
+                    + (f"busy-{secrets.token_hex(4)}-{k}", k)
+                    for k in keys
+                ],
+            )
+            cur.executemany(
+                "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
+                "holder_attempt_id, created_at, updated_at) VALUES (%s, %s, 1, 18446744073709551615, "
+                "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+                [(tenant.namespace_id, k) for k in keys],
+            )
+    finally:
+        conn.close()
+    mine = limited_credential(database, tenant, "tasks:read")
+    first = _list(client, mine, state="idle", limit=50)
+    assert first["keys"] == [] and first["next_cursor"], first
+    assert _b64("busy/00999") in first["next_cursor"]
+    assert _walk(client, mine, state="idle") == ["zz/idle"]
