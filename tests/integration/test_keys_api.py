@@ -303,9 +303,8 @@ def test_v1_l1_idle_keys_of_some_queues_never_read_the_other_queues_keys(
 
 def test_v1_l1_a_page_of_idle_keys_looks_at_a_bounded_number_and_goes_on(client, tenant, database):
     """1,200 keys of the credential's queue that are held (their rows name a holder, one no
-    attempt is) come
-    before its one idle key: the first page looks at 1,000 of them, finds nothing and ends
-    with a cursor; walking on finds the idle key."""
+    attempt is) come before its one idle key: the first page looks at 1,000 of them, finds
+    nothing and ends with a cursor; walking on finds the idle key."""
     import secrets
 
     from orbit_shell.engine import db as engine_db
