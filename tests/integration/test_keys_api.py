@@ -331,8 +331,8 @@ def test_v1_l1_a_page_of_idle_keys_looks_at_a_bounded_number_and_goes_on(client,
             )
             cur.executemany(
                 "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
-                "holder_attempt_id, created_at, updated_at) VALUES (%s, %s, 1, 18446744073709551615, "
-                "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+                "holder_attempt_id, created_at, updated_at) VALUES (%s, %s, 1, "
+                "18446744073709551615, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
                 [(tenant.namespace_id, k) for k in keys],
             )
     finally:
