@@ -113,6 +113,9 @@ CREATE TABLE `namespaces` (
   `environment_id` bigint(20) unsigned NOT NULL COMMENT 'Owning environment (environments.id)',
   `name` varchar(100) NOT NULL COMMENT 'Name, unique within the environment',
   `created_at` datetime(6) NOT NULL COMMENT 'Creation time, UTC',
+  `retention_seconds` int(10) unsigned NOT NULL DEFAULT 604800 COMMENT 'Finished tasks (with their attempts, history and Idempotency-Key) are deleted once finished this long (R1, R2); default 7 days',
+  `keys_idle_seconds` int(10) unsigned DEFAULT NULL COMMENT 'Key rows idle this long may be reclaimed (R5); NULL = retention_seconds',
+  `cleaned_at` datetime(6) DEFAULT NULL COMMENT 'When the last full cleanup pass of the namespace ended, UTC; NULL = never',
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_namespaces_name` (`environment_id`,`name`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Isolation domains; nothing is visible across namespaces';
@@ -253,8 +256,9 @@ CREATE TABLE `tasks` (
   KEY `ix_tasks_queue_due` (`queue_id`,`lane`,`available_at`),
   KEY `ix_tasks_queue_lane_key` (`queue_id`,`lane`,`concurrency_key`,`priority`,`id`),
   KEY `ix_tasks_ns` (`namespace_id`,`id`),
-  KEY `ix_tasks_ns_key` (`namespace_id`,`concurrency_key`,`id`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Accepted tasks; never deleted by Orbit';
+  KEY `ix_tasks_ns_key` (`namespace_id`,`concurrency_key`,`id`),
+  KEY `ix_tasks_ns_finished` (`namespace_id`,`state`,`finished_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Accepted tasks; a finished one is deleted once its namespace''s retention has passed (R1)';
 
 CREATE TABLE `token_epoch` (
   `id` tinyint(3) unsigned NOT NULL COMMENT 'Always 1: one row',

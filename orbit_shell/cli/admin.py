@@ -1,5 +1,6 @@
 """``orbit-admin``: operator commands (bootstrap a tenant, create credentials with chosen scopes,
-revoke them, set quotas, create a direct-worker account, promote a replica)."""
+revoke them, set quotas and retention windows, run a cleanup pass, create a direct-worker
+account, promote a replica, raise the token epoch after a restore)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pymysql
 
 from orbit_shell import errors
 from orbit_shell.cli import promote as promotion
+from orbit_shell.cli import retention
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
 from orbit_shell.server import auth
@@ -299,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     raise_epoch.add_argument(
         "--epoch-file", type=Path, help="where the last epoch given out is kept (read, written)"
     )
+    retention.add_commands(sub)
     args = parser.parse_args(argv)
     if args.command in ("promote", "raise-epoch"):
         try:
@@ -385,4 +388,11 @@ COMMANDS = {
     "credential": _credential,
     "revoke": _revoke,
     "set-quota": _set_quota,
+    "retention": lambda database, args: _named(retention.retention, database, args),
+    "cleanup": lambda database, args: _named(retention.run_cleanup, database, args),
 }
+
+
+def _named(command, database: Database, args: argparse.Namespace) -> str:
+    check_names(args)
+    return command(database, args)

@@ -70,38 +70,58 @@ class OrbitServer(BaseApplication):
     def _post_worker_init(self, worker) -> None:
         # Imported here, in the worker after gevent patched it: a class made from
         # threading.Thread in the arbiter would run as an OS thread beside the event loop.
-        from orbit_shell.engine.db import Database
+        from prometheus_client import Counter
+
+        from orbit_shell.server.cleanup import Cleaner
         from orbit_shell.server.leader import Leadership
         from orbit_shell.server.schedules import Scheduler
         from orbit_shell.server.sweeper import Sweeper
 
-        if self.config.sweep_interval <= 0 and self.config.schedule_interval <= 0:
+        intervals = (
+            self.config.sweep_interval,
+            self.config.schedule_interval,
+            self.config.cleanup_interval,
+        )
+        if all(i <= 0 for i in intervals):
             return
         # One leader per database runs the loops; every worker of every server stands by (H4).
         leadership = Leadership(self.config.dsn, self.config.leader_interval)
         leadership.start()
         if self.config.sweep_interval > 0:
             Sweeper(
-                Database(
-                    self.config.dsn,
-                    pool_size=2,
-                    routines=schema.version(),
-                    io_timeout=self.config.db_timeout,
-                ),
+                self._database(),
                 self.config.sweep_interval,
                 active=leadership.leading,
             ).start()
         if self.config.schedule_interval > 0:
             Scheduler(
-                Database(
-                    self.config.dsn,
-                    pool_size=2,
-                    routines=schema.version(),
-                    io_timeout=self.config.db_timeout,
-                ),
+                self._database(),
                 self.config.schedule_interval,
                 active=leadership.leading,
             ).start()
+        if self.config.cleanup_interval > 0:
+            deleted = Counter(
+                "orbit_cleanup_rows_deleted",
+                "Rows the retention cleanup deleted, per table",
+                ["table"],
+                registry=None,  # exported through the server's multiprocess directory
+            )
+            Cleaner(
+                self._database(),
+                self.config.cleanup_interval,
+                active=leadership.leading,
+                deleted=lambda table, rows: deleted.labels(table).inc(rows),
+            ).start()
+
+    def _database(self):
+        from orbit_shell.engine.db import Database
+
+        return Database(
+            self.config.dsn,
+            pool_size=2,
+            routines=schema.version(),
+            io_timeout=self.config.db_timeout,
+        )
 
     def load(self):
         from orbit_shell.server.app import create_app

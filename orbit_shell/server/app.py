@@ -22,7 +22,7 @@ from orbit_shell.engine.db import Database
 from orbit_shell.engine.longpoll import PollGate
 from orbit_shell.server import auth, openapi
 from orbit_shell.server.config import Config
-from orbit_shell.server.dbmetrics import PurgeCollector, QueueCollector
+from orbit_shell.server.dbmetrics import PurgeCollector, QueueCollector, RetentionCollector
 from orbit_shell.server.guard import SubmitGuard
 from orbit_shell.server.resources.attempts import Attempts
 from orbit_shell.server.resources.keys import Keys
@@ -183,7 +183,9 @@ def create_app(
         "health": Health(),
         "ready": Ready(config.dsn),
         "metrics": Metrics(
-            registry, [PurgeCollector(database), QueueCollector(database)], config.metrics_token
+            registry,
+            [PurgeCollector(database), QueueCollector(database), RetentionCollector(database)],
+            config.metrics_token,
         ),
         "openapi": OpenApi(openapi.build()),
         "queues": Queues(config.max_body_bytes),

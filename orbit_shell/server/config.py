@@ -36,6 +36,7 @@ class Config:
         db_timeout: seconds a database connection waits for the server to read or answer;
             a request whose server stops answering then gets 503 with Retry-After and the
             server is looked for again.
+        cleanup_interval: seconds between the leader's cleanup passes (R3; 0 disables).
         leader_interval: seconds between a standby's bids for the background loops' lock
             (and the leader's checks that it still holds it): the takeover bound (H4).
         metrics_token: when set (``ORBIT_METRICS_TOKEN``), ``/metrics`` answers only requests
@@ -66,6 +67,7 @@ class Config:
     db_max_open: int = 32
     db_timeout: float = db.IO_TIMEOUT
     leader_interval: float = 1.0
+    cleanup_interval: float = 60.0
     metrics_token: str | None = None
     public_url: str | None = None
     trust_forwarded: int = 0
@@ -120,6 +122,7 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
     "ORBIT_BODY_TIMEOUT": ("body_timeout", "seconds to send a request's body (then 408)"),
     "ORBIT_DB_MAX_OPEN": ("db_max_open", "database connections per worker process"),
     "ORBIT_DB_TIMEOUT": ("db_timeout", "seconds a database connection waits for an answer"),
+    "ORBIT_CLEANUP_INTERVAL": ("cleanup_interval", "seconds between cleanup passes (0: none)"),
     "ORBIT_LEADER_INTERVAL": ("leader_interval", "seconds between bids to lead the sweeps"),
     "ORBIT_METRICS_TOKEN": ("metrics_token", "bearer token /metrics asks for (unset: open)"),
     "ORBIT_PUBLIC_URL": ("public_url", "the dashboard's public address; forms must come from it"),

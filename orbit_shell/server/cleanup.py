@@ -1,0 +1,109 @@
+"""Retention (R1-R4): the cleanup pass that deletes what a namespace's window has passed.
+
+A pass calls ``retention_cleanup`` for one namespace until a batch comes back short: each call
+is one short transaction of at most ``batch`` rows of each kind, and between calls the pass
+sleeps ``pause`` seconds, longer while InnoDB's history list (the undo that purge has not yet
+removed) is above ``HISTORY_LIMIT``: deletes add to it, and a long list slows every read of
+the rows it covers. The leader runs a pass over every namespace every
+``ORBIT_CLEANUP_INTERVAL`` seconds (:class:`Cleaner`); ``orbit-admin cleanup`` runs one now.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import pymysql
+
+from orbit_shell import errors
+from orbit_shell.engine.db import Database
+
+log = logging.getLogger("orbit.cleanup")
+
+TABLES = (
+    "tasks",
+    "attempts",
+    "task_history",
+    "idempotency_records",
+    "schedule_fires",
+    "worker_sessions",
+)
+BATCH = 500
+PAUSE = 0.01
+# Undo records purge has not removed yet, above which a pass waits between batches.
+HISTORY_LIMIT = 100_000
+HISTORY_WAIT = 1.0
+
+
+def history_length(database: Database) -> int | None:
+    """InnoDB's history list length (MariaDB and MySQL 8 alike); None where the account may
+    not read it (it needs PROCESS), and the pass then paces itself by ``pause`` alone."""
+    try:
+        rows = database.query(
+            "SELECT `count` AS n FROM information_schema.INNODB_METRICS "
+            "WHERE name = 'trx_rseg_history_len'"
+        )
+    except errors.OrbitError:
+        return None
+    return int(rows[0]["n"]) if rows and rows[0]["n"] is not None else None
+
+
+def run_pass(
+    database: Database,
+    namespace_id: int,
+    batch: int = BATCH,
+    pause: float = PAUSE,
+    sleep: Callable[[float], None] = time.sleep,
+    deleted: Callable[[str, int], None] | None = None,
+) -> dict[str, int]:
+    """Delete everything the namespace's windows have passed; return the rows deleted per
+    table. ``deleted(table, rows)`` is told of each batch's deletions (the metrics)."""
+    totals = dict.fromkeys(TABLES, 0)
+    while True:
+        [[row]] = database.call("retention_cleanup", namespace_id, batch)
+        for table in TABLES:
+            totals[table] += int(row[table])
+            if deleted is not None and row[table]:
+                deleted(table, int(row[table]))
+        if not row["more"]:
+            return totals
+        length = history_length(database)
+        sleep(HISTORY_WAIT if length is not None and length > HISTORY_LIMIT else pause)
+
+
+def namespaces(database: Database) -> list[int]:
+    return [r["id"] for r in database.query("SELECT id FROM namespaces ORDER BY id")]
+
+
+class Cleaner:
+    """The leader's cleanup loop: a pass over every namespace every ``interval`` seconds,
+    while ``active()`` (this process leads, H4)."""
+
+    def __init__(
+        self,
+        database: Database,
+        interval: float,
+        active: Callable[[], bool],
+        deleted: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.db = database
+        self.interval = interval
+        self.active = active
+        self.deleted = deleted
+        self.stopped = threading.Event()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="orbit-cleanup", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            if not self.active():
+                continue
+            try:
+                for namespace_id in namespaces(self.db):
+                    run_pass(self.db, namespace_id, deleted=self.deleted)
+            except (errors.OrbitError, pymysql.MySQLError) as exc:
+                # The next pass starts over: every batch stands alone.
+                log.warning("cleanup pass failed: %s", exc, extra={"action": "cleanup.error"})
