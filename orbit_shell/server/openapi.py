@@ -25,6 +25,14 @@ ERROR_CODES = [
     "UNAVAILABLE",
     "INTERNAL",
 ]
+# R2: how long an Idempotency-Key is remembered.
+IDEMPOTENCY_WINDOW = (
+    "Names one accepted command. It is remembered while its task exists: for ever while the "
+    "task is unfinished or needs review, and for its namespace's retention (default 7 days, "
+    "orbit-admin retention) after the task finished. Within that, the same key with the same "
+    "request answers the task (200) and with another request 409; afterwards the task is "
+    "deleted and the same key creates a new task (201)."
+)
 # The list routes' query parameters, as their resources check them.
 QUERIES = {
     "/v1/tasks": tasks.LIST_QUERY,
@@ -63,6 +71,7 @@ def build() -> dict[str, Any]:
                         "name": "Idempotency-Key",
                         "in": "header",
                         "required": True,
+                        "description": IDEMPOTENCY_WINDOW,
                         # A header's edges are spaces HTTP strips: the key is what is between.
                         "schema": {
                             **IdempotencyKey().schema,

@@ -281,3 +281,14 @@ def test_l1_a_handler_filter_reads_a_bounded_stretch_and_offers_to_go_on(
         assert page.locator("#tasks-next").count() == 0
     finally:
         delete_tasks(database, span)
+
+
+def test_r6_the_overview_shows_the_namespace_s_windows(browser, orbit_server, tenant, database):
+    page = signed_in(browser, orbit_server, tenant.token)
+    text = page.inner_text("#retention")
+    assert "kept 7 d" in text and "idle key rows 7 d" in text and "last cleanup —" in text
+    database.call("namespace_retention", tenant.namespace_id, 5400, 0)
+    database.call("retention_cleanup", tenant.namespace_id, 10)
+    page.goto(orbit_server + "/ui/")
+    text = page.inner_text("#retention")
+    assert "kept 90 min" in text and "idle key rows 0 s" in text and "ago" in text, text

@@ -186,6 +186,7 @@ class Dashboard:
             names = ("ready", "parked", "needs_review", "expired_last_hour")
             return {
                 "queues": queues,
+                "retention": reads.retention(s),
                 "live_sessions": reads.live_sessions(s),
                 "totals": {
                     **{name: sum(q[name] for q in queues) for name in names},

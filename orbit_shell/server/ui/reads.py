@@ -79,3 +79,15 @@ def parked_tasks(s: Scope, concurrency_key: str, limit: int = 50) -> list[dict[s
         "ORDER BY t.priority, t.id LIMIT %s",
         [s.namespace_id, concurrency_key, *args, limit],
     )
+
+
+def retention(s: Scope) -> dict[str, Any]:
+    """The namespace's windows (R3, R6): how long finished tasks and idle key rows are kept,
+    and when its last full cleanup pass ended."""
+    [row] = s.db.query(
+        "SELECT retention_seconds AS finished_for, "
+        "COALESCE(keys_idle_seconds, retention_seconds) AS keys_idle_for, cleaned_at "
+        "FROM namespaces WHERE id = %s",
+        [s.namespace_id],
+    )
+    return row

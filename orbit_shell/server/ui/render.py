@@ -79,9 +79,18 @@ def environment() -> jinja2.Environment:
     # A form field's value as typed, so that sending the form again filters by the same text.
     env.filters["verbatim"] = lambda text: Markup.escape(text)
     env.globals["figure"] = _figure
+    env.filters["span"] = span
     return env
 
 
 def _figure(row: dict[str, Any], name: str) -> str:
     """A counted figure of a row (queuecounts): "10,000+" where the count stopped."""
     return f"{row[name]:,}+" if name in row["lower_bounds"] else str(row[name])
+
+
+def span(seconds: int) -> str:
+    """A window as people say it: "7 d", "36 h", "90 min", "0 s" (nothing kept)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
