@@ -55,8 +55,9 @@ CREATE TABLE `concurrency_resources` (
   `updated_at` datetime(6) NOT NULL COMMENT 'Last claim or release, UTC',
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_concurrency_resources_key` (`namespace_id`,`concurrency_key`),
-  KEY `ix_concurrency_resources_waiting` (`namespace_id`,`waiting_since`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='One row per (namespace, key); never deleted, so tokens only grow';
+  KEY `ix_concurrency_resources_waiting` (`namespace_id`,`waiting_since`),
+  KEY `ix_concurrency_resources_idle` (`namespace_id`,`updated_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='One row per (namespace, key) in use; an idle one may be deleted (R5), its stripe''s floor raised first, so tokens only grow';
 
 CREATE TABLE `credential_queues` (
   `credential_id` bigint(20) unsigned NOT NULL COMMENT 'credentials.id',
@@ -97,6 +98,13 @@ CREATE TABLE `idempotency_records` (
   `created_at` datetime(6) NOT NULL COMMENT 'First acceptance, UTC',
   PRIMARY KEY (`namespace_id`,`idempotency_key`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='One row per accepted command; the primary key makes concurrent duplicates collide';
+
+CREATE TABLE `key_floors` (
+  `namespace_id` bigint(20) unsigned NOT NULL COMMENT 'Namespace (namespaces.id)',
+  `stripe` tinyint(3) unsigned NOT NULL COMMENT 'CRC32(concurrency_key) MOD 16: the keys this floor is for',
+  `floor` bigint(20) unsigned NOT NULL DEFAULT 0 COMMENT 'At least the highest token of every key row of the stripe ever deleted; a key row made later starts here (R5)',
+  PRIMARY KEY (`namespace_id`,`stripe`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Token floors of reclaimed key rows, 16 stripes per namespace; never lowered';
 
 CREATE TABLE `namespace_gates` (
   `namespace_id` bigint(20) unsigned NOT NULL COMMENT 'Namespace the gate admits writers of (namespaces.id)',

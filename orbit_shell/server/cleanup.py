@@ -1,6 +1,7 @@
-"""Retention (R1-R4): the cleanup pass that deletes what a namespace's window has passed.
+"""Retention (R1-R5): the cleanup pass that deletes what a namespace's windows have passed.
 
-A pass calls ``retention_cleanup`` for one namespace until a batch comes back short: each call
+A pass calls ``retention_cleanup`` for one namespace until a batch comes back short, then
+``keys_reclaim`` over its idle key rows (each deletion raising its stripe's token floor): each call
 is one short transaction of at most ``batch`` rows of each kind, and between calls the pass
 sleeps ``pause`` seconds, longer while InnoDB's history list (the undo that purge has not yet
 removed) is above ``HISTORY_LIMIT``: deletes add to it, and a long list slows every read of
@@ -23,6 +24,7 @@ from orbit_shell.engine.db import Database
 log = logging.getLogger("orbit.cleanup")
 
 TABLES = (
+    "concurrency_resources",
     "tasks",
     "attempts",
     "task_history",
@@ -61,16 +63,33 @@ def run_pass(
     """Delete everything the namespace's windows have passed; return the rows deleted per
     table. ``deleted(table, rows)`` is told of each batch's deletions (the metrics)."""
     totals = dict.fromkeys(TABLES, 0)
-    while True:
-        [[row]] = database.call("retention_cleanup", namespace_id, batch)
+
+    def count(row: dict) -> None:
         for table in TABLES:
-            totals[table] += int(row[table])
-            if deleted is not None and row[table]:
-                deleted(table, int(row[table]))
-        if not row["more"]:
-            return totals
+            if row.get(table):
+                totals[table] += int(row[table])
+                if deleted is not None:
+                    deleted(table, int(row[table]))
+
+    def paced() -> None:
         length = history_length(database)
         sleep(HISTORY_WAIT if length is not None and length > HISTORY_LIMIT else pause)
+
+    # Finished work first: a key row is reclaimed only once no task of its key is to run.
+    while True:
+        [[row]] = database.call("retention_cleanup", namespace_id, batch)
+        count(row)
+        if not row["more"]:
+            break
+        paced()
+    after: tuple = (None, 0)
+    while True:
+        [[row]] = database.call("keys_reclaim", namespace_id, batch, *after)
+        count(row)
+        if not row["more"]:
+            return totals
+        after = (row["next_at"], row["next_id"])
+        paced()
 
 
 def namespaces(database: Database) -> list[int]:

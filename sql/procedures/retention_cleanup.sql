@@ -2,7 +2,10 @@
 -- R4): finished tasks (SUCCEEDED, FAILED, CANCELLED, DEADLINE_EXCEEDED) that finished longer
 -- ago than the window, each with its attempts, history and Idempotency-Key record (R2: the key
 -- then creates a new task); schedule fire records older than the window; worker sessions that
--- hold nothing and were last seen before it. A task that needs review or is unfinished is
+-- hold nothing and were last seen before it. Whatever the window, a task is kept for 5 s
+-- after it finished (the call that finished it reads its answer after its commit, L3), and a
+-- session or fire record for an hour (a live worker calls every 30 s at least; the scheduler
+-- never goes back an hour to fire again). A task that needs review or is unfinished is
 -- never deleted. One short transaction of at most p_batch rows of each kind, found through
 -- indexes (ix_tasks_ns_finished, the fires' primary key per schedule, ix_worker_sessions_seen)
 -- and deleted by key, children after their task's attempts and before nothing that refers to
@@ -19,6 +22,8 @@ CREATE PROCEDURE retention_cleanup(IN p_namespace_id BIGINT UNSIGNED, IN p_batch
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_cutoff DATETIME(6) DEFAULT NULL;
+  DECLARE v_unseen DATETIME(6);
+  DECLARE v_done DATETIME(6);
   DECLARE v_tasks, v_attempts, v_history, v_records, v_fires, v_sessions INT UNSIGNED DEFAULT 0;
   DECLARE v_found_tasks, v_found_fires, v_found_sessions INT UNSIGNED DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -45,25 +50,27 @@ BEGIN
   IF v_cutoff IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: namespace not found';
   END IF;
+  SET v_unseen = LEAST(v_cutoff, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR);
+  SET v_done = LEAST(v_cutoff, UTC_TIMESTAMP(6) - INTERVAL 5 SECOND);
 
   -- Plain reads (READ COMMITTED): the rows are locked where they are deleted.
   INSERT INTO cleanup_tasks_mem (id, idempotency_key)
   SELECT id, idempotency_key FROM tasks FORCE INDEX (ix_tasks_ns_finished)
    WHERE namespace_id = p_namespace_id
      AND state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'DEADLINE_EXCEEDED')
-     AND finished_at < v_cutoff
+     AND finished_at < v_done
    LIMIT p_batch;
   SET v_found_tasks = ROW_COUNT();
   INSERT INTO cleanup_fires_mem (schedule_id, fire_time)
   SELECT f.schedule_id, f.fire_time FROM schedules s FORCE INDEX (uq_schedules_name)
     STRAIGHT_JOIN schedule_fires f FORCE INDEX (PRIMARY)
-      ON f.schedule_id = s.id AND f.fire_time < v_cutoff
+      ON f.schedule_id = s.id AND f.fire_time < v_unseen
    WHERE s.namespace_id = p_namespace_id
    LIMIT p_batch;
   SET v_found_fires = ROW_COUNT();
   INSERT INTO cleanup_sessions_mem (id)
   SELECT id FROM worker_sessions FORCE INDEX (ix_worker_sessions_seen)
-   WHERE namespace_id = p_namespace_id AND last_seen_at < v_cutoff AND in_flight = 0
+   WHERE namespace_id = p_namespace_id AND last_seen_at < v_unseen AND in_flight = 0
    LIMIT p_batch;
   SET v_found_sessions = ROW_COUNT();
 
@@ -79,7 +86,7 @@ BEGIN
     -- Re-checked under the row's lock: a worker that came back meanwhile keeps its session.
     DELETE s FROM cleanup_sessions_mem m
       STRAIGHT_JOIN worker_sessions s FORCE INDEX (PRIMARY) ON s.id = m.id
-     WHERE s.in_flight = 0 AND s.last_seen_at < v_cutoff;
+     WHERE s.in_flight = 0 AND s.last_seen_at < v_unseen;
     SET v_sessions = ROW_COUNT();
     DELETE q FROM cleanup_sessions_mem m
       STRAIGHT_JOIN worker_session_queues q FORCE INDEX (PRIMARY) ON q.session_id = m.id

@@ -5,7 +5,7 @@
 --   unkeyed                              -> READY
 --   keyed, key free, no candidate, queue ACTIVE -> READY and the key's candidate
 --   otherwise                            -> BLOCKED (parked; promoted by a release)
--- Locks: the key's concurrency_resources row (key_lane: created on first use, never deleted, K7).
+-- Locks: the key's concurrency_resources row (key_lane: created on first use at its stripe's floor, K7, R5).
 CREATE PROCEDURE task_enter_lane(IN p_task_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN

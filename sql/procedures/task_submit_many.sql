@@ -25,7 +25,8 @@
 -- Locks, in order: a gate of the namespace (namespace_gate) and, under an unfinished-task
 -- quota, the applications row; the batch's queues rows that have max_unfinished (queues_lock:
 -- id order); every existing key row the batch names (keys_lock: key order, all at once), then
--- the group's new key rows (inserted in key order); then the new tasks and idempotency rows;
+-- the token floors of the group's new keys (shared, key_floor's rule) and their new key rows
+-- (inserted in key order, each at its floor); then the new tasks and idempotency rows;
 -- then per remaining item those of task_submit_one (rows it holds already, and a key it names
 -- first). Deadlocks and lock-wait timeouts roll back the whole batch; the shell retries it. A
 -- concurrent submission of one of its Idempotency-Keys makes the batch's insert of that record
@@ -55,6 +56,7 @@ BEGIN
   DECLARE v_limited_ids TEXT DEFAULT '';
   DECLARE v_keys MEDIUMTEXT;
   DECLARE v_items_read TINYINT DEFAULT 0;
+  DECLARE v_floors INT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   DECLARE EXIT HANDLER FOR 1062
   BEGIN
@@ -132,7 +134,7 @@ BEGIN
   END IF;
   IF v_fast > 0 THEN
     IF v_keyed > 0 THEN
-      -- key_lane for the group: each key's row (created on first use, never deleted, K7) is
+      -- key_lane for the group: each key's row (created on first use at its floor, K7, R5) is
       -- locked; a task is READY (and its key's candidate) when the key has no holder and no
       -- candidate and the queue is ACTIVE, else parked BLOCKED.
       -- A key named by several items: in item order, the first in an ACTIVE queue may become
@@ -142,8 +144,22 @@ BEGIN
       -- Keys without a row get one, in key order; the others are locked above, and an insert
       -- that met them would hold the table's AUTO-INC lock while it waited (innodb_autoinc_lock_mode
       -- 1), stalling every key insert of the server. Two batches making one new key meet here.
-      INSERT INTO concurrency_resources (namespace_id, concurrency_key, created_at, updated_at)
-      SELECT DISTINCT p_namespace_id, f.concurrency_key, v_now, v_now FROM submit_fast_mem f
+      -- A new key row starts at its stripe's token floor (R5), read under a shared lock held
+      -- to the commit (key_floor's rule): the floors of the new keys' stripes are locked first,
+      -- in one statement, then read by the insert.
+      CALL key_floors_ensure(p_namespace_id);
+      SELECT COUNT(*) INTO v_floors FROM key_floors
+       WHERE namespace_id = p_namespace_id
+         AND stripe IN (SELECT CRC32(f.concurrency_key) MOD 16 FROM submit_fast_mem f
+                         WHERE f.concurrency_key <> ''
+                           AND NOT EXISTS (SELECT 1 FROM concurrency_resources r
+                                            WHERE r.namespace_id = p_namespace_id
+                                              AND r.concurrency_key = f.concurrency_key))
+       LOCK IN SHARE MODE;
+      INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, created_at, updated_at)
+      SELECT DISTINCT p_namespace_id, f.concurrency_key, k.floor, v_now, v_now FROM submit_fast_mem f
+        STRAIGHT_JOIN key_floors k
+          ON k.namespace_id = p_namespace_id AND k.stripe = CRC32(f.concurrency_key) MOD 16
        WHERE f.concurrency_key <> ''
          AND NOT EXISTS (SELECT 1 FROM concurrency_resources r
                           WHERE r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key)

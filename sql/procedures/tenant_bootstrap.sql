@@ -49,6 +49,7 @@ BEGIN
                     '$[*]' COLUMNS (slot TINYINT UNSIGNED PATH '$')) g
     JOIN applications a ON a.id = v_app
    WHERE v_gates = 0;
+  CALL key_floors_ensure(v_ns);
   INSERT INTO queues (public_id, namespace_id, application_id, name, created_at, updated_at)
     VALUES (new_public_id(), v_ns, v_app, p_queue, v_now, v_now)
     ON DUPLICATE KEY UPDATE id = id;

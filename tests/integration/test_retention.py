@@ -40,6 +40,23 @@ def _tasks_in_each_state(client, tenant) -> dict[str, tuple[str, str]]:
     return made, grants
 
 
+def _finished_a_while_ago(database, tenant) -> None:
+    """Whatever the window, a pass keeps a task for 5 s after it finished (its answer is read
+    after its commit); these tests' tasks finished just now."""
+    from orbit_shell.engine import db
+
+    conn = db.connect(database.dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                "UPDATE tasks SET finished_at = finished_at - INTERVAL 10 SECOND "
+                "WHERE namespace_id = %s AND finished_at IS NOT NULL",
+                (tenant.namespace_id,),
+            )
+    finally:
+        conn.close()
+
+
 def _state(client, tenant, task_id: str) -> int:
     return client.simulate_get(f"/v1/tasks/{task_id}", headers=tenant.headers)
 
@@ -58,6 +75,8 @@ def test_r1_r2_a_pass_deletes_finished_work_past_the_window_and_nothing_else(
     submit(client, tenant, idem, 409, handler="other.handler")
     assert cleanup.run_pass(database, tenant.namespace_id)["tasks"] == 0
     _window(database, tenant, finished_for=0)
+    assert cleanup.run_pass(database, tenant.namespace_id)["tasks"] == 0  # just finished
+    _finished_a_while_ago(database, tenant)
     deleted = cleanup.run_pass(database, tenant.namespace_id)
     assert deleted["tasks"] >= 3 and deleted["idempotency_records"] == deleted["tasks"]
     assert deleted["attempts"] >= 2 and deleted["task_history"] >= 3 * deleted["tasks"]
@@ -161,6 +180,7 @@ def test_r3_orbit_admin_retention_and_cleanup(client, tenant, database, monkeypa
     assert (shown["finished_for_seconds"], shown["keys_idle_for_seconds"]) == (0, 60)
     task = submit(client, tenant, None, 201).json["data"]["task_id"]
     client.simulate_post(f"/v1/tasks/{task}/cancel", headers=tenant.headers)
+    _finished_a_while_ago(database, tenant)
     assert admin(["cleanup", *names]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["tasks"] == 1 and set(printed) == set(cleanup.TABLES)
