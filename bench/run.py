@@ -23,6 +23,9 @@ Parts:
              peak RSS of a gunicorn and an SDK worker
   peer       Orbit and Procrastinate drain the same jobs with one worker of concurrency 10
              (Orbit over HTTP and over the direct MySQL transport, each with prefetch 0/10/40)
+  cleanup    (asked for with --only cleanup) bytes on disk per finished task; a backlog of
+             100k (1M) finished tasks deleted beside the e2e load, against the load alone;
+             a 5-minute soak at a constant rate with a 60 s window (bench/cleanup.py)
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ import slowdisk  # noqa: E402
 import spec_floor  # noqa: E402
 import spec_floor_keys  # noqa: E402
 import targets  # noqa: E402
+from cleanup import run_cleanup  # noqa: E402
 from e2e import e2e, start_server  # noqa: E402
 from engine_parts import Bench  # noqa: E402
 from measures import (  # noqa: E402
@@ -366,9 +370,13 @@ def run_served(
 ) -> None:
     """The parts that need an `orbit` server: peer and e2e (``scenarios`` of it, or all),
     then their figures."""
-    if parts & {"e2e", "peer"}:
-        proc_server, url = start_server(dsn, workers=4)
+    if parts & {"e2e", "peer", "cleanup"}:
+        # The bench decides when the cleanup runs (the cleanup part): the leader's is off.
+        proc_server, url = start_server(dsn, workers=4, env={"ORBIT_CLEANUP_INTERVAL": "0"})
         try:
+            if "cleanup" in parts:
+                began["cleanup"] = time.monotonic()
+                results["cleanup"] = run_cleanup(bench, url, args.large, args.soak_seconds)
             if "peer" in parts:
                 began["peer"] = time.monotonic()
                 results["peer"] = peer(bench, url, 6000 if args.large else 2000)
@@ -497,7 +505,9 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     )
     parser.add_argument("--large", action="store_true", help="100k and 1M parked, longer runs")
     parser.add_argument(
-        "--only", choices=["ceiling", "procedure", "phases", "blocked", "e2e", "peer"], nargs="*"
+        "--only",
+        choices=["ceiling", "procedure", "phases", "blocked", "e2e", "peer", "cleanup"],
+        nargs="*",
     )
     parser.add_argument(
         "--scenario",
@@ -508,6 +518,9 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
         + ")",
     )
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument(
+        "--soak-seconds", type=float, default=300.0, help="the cleanup part's soak (5 minutes)"
+    )
     parser.add_argument(
         "--binlog",
         action="store_true",
@@ -588,7 +601,7 @@ def private_server(binlog: bool, flush_delay_ms: float, parser) -> localdb.Priva
 # MySQL 8's default) on a disk whose flush takes a millisecond. The parts and e2e scenarios
 # it runs: those whose figures the hot path is judged by.
 PRODUCTION = {"binlog": True, "flush_delay_ms": 1.0}
-PRODUCTION_PARTS = {"ceiling", "procedure", "e2e"}
+PRODUCTION_PARTS = {"ceiling", "procedure", "e2e", "cleanup"}
 PRODUCTION_SCENARIOS = {"unkeyed", "hot10", "unbatched"}
 
 
