@@ -61,13 +61,13 @@ BEGIN
   SET v_found = ROW_COUNT();
   SELECT updated_at, id INTO v_next_at, v_next_id FROM reclaim_keys_mem
    ORDER BY updated_at DESC, id DESC LIMIT 1;
-  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   stripes: LOOP
     SET v_stripe = (SELECT MIN(stripe) FROM reclaim_keys_mem WHERE stripe > v_stripe);
     IF v_stripe IS NULL THEN
       LEAVE stripes;
     END IF;
     DELETE FROM reclaim_locked_mem;
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     SELECT floor INTO v_floor FROM key_floors
      WHERE namespace_id = p_namespace_id AND stripe = v_stripe FOR UPDATE;

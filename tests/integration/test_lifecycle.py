@@ -334,13 +334,15 @@ def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, databa
     thread = threading.Thread(target=submit)
     try:
         with blocker.cursor() as cur:
+            # An uncommitted record of the same Idempotency-Key: the submit reads past it (READ
+            # COMMITTED), writes its task and then waits at its own record's insert.
             cur.execute(
-                "SELECT id FROM concurrency_resources WHERE namespace_id = %s AND "
-                "concurrency_key = 'kill/k' FOR UPDATE",
-                (eng.t.namespace_id,),
+                "INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, "
+                "task_id, created_at) VALUES (%s, 'killed-idem', %s, 0, UTC_TIMESTAMP(6))",
+                (eng.t.namespace_id, "0" * 64),
             )
         thread.start()
-        # Wait until the submit has written its task row and waits for the key row's lock.
+        # Wait until the submit has written its task row and waits for the record's lock.
         for _ in range(100):
             time.sleep(0.05)
             rows = database.query(
