@@ -132,12 +132,14 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
 }
 
 
+# Where 0 turns the thing off.
 OFF = {
     "sweep_interval",
     "schedule_interval",
+    "cleanup_interval",
     "submit_rate",
     "trust_forwarded",
-}  # where 0 turns the thing off
+}
 
 
 def environment_help() -> str:
