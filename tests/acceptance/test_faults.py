@@ -187,9 +187,9 @@ class Reclaimer(threading.Thread):
 
         while not self.stopped.wait(0.05):
             try:
-                self.reclaimed += cleanup.run_pass(self.database, self.namespace_id, pause=0)[
-                    "concurrency_resources"
-                ]
+                self.reclaimed += cleanup.run_pass(
+                    self.database, self.namespace_id, pause=0, duty=1
+                )["concurrency_resources"]
             except errors.Unavailable:  # its connection killed with the others: next pass
                 continue
             except BaseException as exc:  # noqa: BLE001 - the test reports it

@@ -137,7 +137,7 @@ def test_r5_k7_deletion_raced_against_re_creation_never_sends_a_token_back(eng, 
     def reclaim() -> None:
         try:
             while not stop.is_set():
-                reclaimed[0] += cleanup.run_pass(database, tenant.namespace_id, pause=0)[
+                reclaimed[0] += cleanup.run_pass(database, tenant.namespace_id, pause=0, duty=1)[
                     "concurrency_resources"
                 ]
         except BaseException as exc:  # noqa: BLE001
