@@ -243,7 +243,6 @@ def test_v1_l1_idle_keys_of_some_queues_never_read_the_other_queues_keys(
     queues' 3,000 idle keys here cost it no read."""
     import secrets
 
-    from orbit_shell.engine import db as engine_db
     from orbit_shell.engine.db import Database
     from orbit_shell.server.auth import authenticate
     from orbit_shell.server.keypages import KeyPages
@@ -260,30 +259,9 @@ def test_v1_l1_idle_keys_of_some_queues_never_read_the_other_queues_keys(
         "SELECT id FROM queues WHERE public_id = %s", (q2.json["data"]["queue_id"],)
     )
     tag = secrets.token_hex(4)
-    conn = engine_db.connect(database.dsn)
-    try:
-        with conn.cursor() as cur:
-            keys = [f"other/{tag}/{n:05}" for n in range(3_000)]
-            cur.executemany(
-                "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
-                "idempotency_key, handler, handler_version, payload_version, payload, "
-                "concurrency_key, priority, state, lane, max_attempts, available_at, "
-                "created_at, updated_at, finished_at) VALUES (%s, %s, %s, %s, %s, 'h', 'v1', "
-                "'v1', '{}', %s, 5, 'SUCCEEDED', NULL, 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), "
-                "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-                [
-                    (secrets.token_hex(16), tenant.namespace_id, tenant.application_id, queue["id"])
-                    + (f"idle-{k}", k)
-                    for k in keys
-                ],
-            )
-            cur.executemany(
-                "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
-                "created_at, updated_at) VALUES (%s, %s, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-                [(tenant.namespace_id, k) for k in keys],
-            )
-    finally:
-        conn.close()
+    _finished_keyed_tasks(
+        database, tenant, queue["id"], [f"other/{tag}/{n:05}" for n in range(3_000)]
+    )
     mine = limited_credential(database, tenant, "tasks:read")
     assert _walk(client, mine, state="idle") == ["own/a", "own/b", "own/é"]
     assert _walk(client, mine, state="idle", prefix="own/b") == ["own/b"]
@@ -305,14 +283,27 @@ def test_v1_l1_a_page_of_idle_keys_looks_at_a_bounded_number_and_goes_on(client,
     """1,200 keys of the credential's queue that are held (their rows name a holder, one no
     attempt is) come before its one idle key: the first page looks at 1,000 of them, finds
     nothing and ends with a cursor; walking on finds the idle key."""
-    import secrets
 
-    from orbit_shell.engine import db as engine_db
     from orbit_shell.server.keypages import IDLE_EXAMINED
 
     submit(client, tenant, None, 201, concurrency_key="zz/idle")
     [queue] = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
     keys = [f"busy/{n:05}" for n in range(IDLE_EXAMINED + 200)]
+    _finished_keyed_tasks(database, tenant, queue["id"], keys, holder=2**64 - 1)
+    mine = limited_credential(database, tenant, "tasks:read")
+    first = _list(client, mine, state="idle", limit=50)
+    assert first["keys"] == [] and first["next_cursor"], first
+    assert _b64("busy/00999") in first["next_cursor"]
+    assert _walk(client, mine, state="idle") == ["zz/idle"]
+
+
+def _finished_keyed_tasks(database, tenant, queue_id: int, keys: list[str], holder=None) -> None:
+    """A finished task of each of ``keys`` in the queue and each key's row (naming ``holder``
+    as its holder when given: one no attempt is), in bulk: thousands in a second."""
+    import secrets
+
+    from orbit_shell.engine import db as engine_db
+
     conn = engine_db.connect(database.dsn)
     try:
         with conn.cursor() as cur:
@@ -324,21 +315,16 @@ def test_v1_l1_a_page_of_idle_keys_looks_at_a_bounded_number_and_goes_on(client,
                 "'v1', '{}', %s, 5, 'SUCCEEDED', NULL, 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), "
                 "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
                 [
-                    (secrets.token_hex(16), tenant.namespace_id, tenant.application_id, queue["id"])
-                    + (f"busy-{secrets.token_hex(4)}-{k}", k)
+                    (secrets.token_hex(16), tenant.namespace_id, tenant.application_id, queue_id)
+                    + (f"bulk-{secrets.token_hex(6)}", k)
                     for k in keys
                 ],
             )
             cur.executemany(
                 "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
-                "holder_attempt_id, created_at, updated_at) VALUES (%s, %s, 1, "
-                "18446744073709551615, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-                [(tenant.namespace_id, k) for k in keys],
+                "holder_attempt_id, created_at, updated_at) VALUES (%s, %s, 1, %s, "
+                "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+                [(tenant.namespace_id, k, holder) for k in keys],
             )
     finally:
         conn.close()
-    mine = limited_credential(database, tenant, "tasks:read")
-    first = _list(client, mine, state="idle", limit=50)
-    assert first["keys"] == [] and first["next_cursor"], first
-    assert _b64("busy/00999") in first["next_cursor"]
-    assert _walk(client, mine, state="idle") == ["zz/idle"]
