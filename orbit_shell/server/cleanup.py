@@ -21,6 +21,7 @@ import pymysql
 
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
+from orbit_shell.server.dbmetrics import HISTORY_LENGTH
 
 log = logging.getLogger("orbit.cleanup")
 
@@ -49,13 +50,10 @@ def history_length(database: Database) -> int | None:
     """InnoDB's history list length (MariaDB and MySQL 8 alike); None where the account may
     not read it (it needs PROCESS), and the pass then paces itself by ``pause`` alone."""
     try:
-        rows = database.query(
-            "SELECT `count` AS n FROM information_schema.INNODB_METRICS "
-            "WHERE name = 'trx_rseg_history_len'"
-        )
+        rows = database.query(HISTORY_LENGTH)
     except errors.OrbitError:
         return None
-    return int(rows[0]["n"]) if rows and rows[0]["n"] is not None else None
+    return int(rows[0]["count"]) if rows and rows[0]["count"] is not None else None
 
 
 def run_pass(

@@ -29,9 +29,13 @@ from orbit_shell.engine.db import Database
 log = logging.getLogger("orbit.metrics")
 
 ER_SPECIFIC_ACCESS_DENIED = 1227  # "you need the PROCESS privilege"
+# InnoDB's history list length, the same in MariaDB and MySQL 8 (needs PROCESS); the cleanup
+# paces itself by it too.
+HISTORY_LENGTH = (
+    "SELECT `count` FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'"
+)
 QUERY = (
-    "SELECT (SELECT `count` FROM information_schema.INNODB_METRICS "
-    "WHERE name = 'trx_rseg_history_len') AS history, "
+    f"SELECT ({HISTORY_LENGTH}) AS history, "
     "(SELECT COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6))), 0) "
     "FROM information_schema.INNODB_TRX) AS oldest_us"
 )

@@ -50,6 +50,11 @@ def _like(prefix: str | None) -> tuple[str, list[Any]]:
     return " AND r.concurrency_key LIKE %s", [escaped + "%"]
 
 
+def _decode_key(text: str) -> str:
+    """A cursor's key: its UTF-8 in base64url without padding (``_encode``)."""
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+
+
 def _encode(at: dt.datetime, concurrency_key: str) -> str:
     text = base64.urlsafe_b64encode(concurrency_key.encode("utf-8")).rstrip(b"=").decode()
     return f"{_micros(at)}.{text}"
@@ -75,8 +80,7 @@ class KeyPages:
         if cursor is None:
             return ""
         self._after(cursor)  # a key this credential can see, or NOT_FOUND
-        text = cursor.split(".", 1)[1]
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+        return _decode_key(cursor.split(".", 1)[1])
 
     def _after(self, cursor: str | None) -> tuple[dt.datetime, int] | None:
         """Where a page resumes: the cursor's time and its key's row id."""
@@ -85,7 +89,7 @@ class KeyPages:
         micros, text = cursor.split(".", 1)
         unseen = errors.NotFound("the cursor names no key this credential can read")
         try:
-            key = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+            key = _decode_key(text)
         except (binascii.Error, UnicodeDecodeError):
             raise unseen from None
         rows = self.s.db.query(

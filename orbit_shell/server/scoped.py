@@ -321,13 +321,13 @@ class Scope:
         bound on its attempts at all, so a page has one."""
         task = self.task(task_public_id)
         texts, budget = within_budget({"result": "a.result", "error": "a.error"}, "detail_omitted")
-        window = running_size(
-            "COALESCE(LENGTH(result), 0) + COALESCE(LENGTH(error), 0)", "attempt_number"
-        )
+        window = running_size("p.size", "p.attempt_number")
         order = "DESC" if newest else ""
-        rows = self.db.query(
+        # The page's sizes, not its texts, are carried through the derived tables.
+        return self.db.query(
             f"SELECT {ATTEMPT_HEAD}, {texts}"
-            f" FROM (SELECT p.id, {window} FROM (SELECT id, attempt_number, result, error"
+            f" FROM (SELECT p.id, {window} FROM (SELECT id, attempt_number,"
+            "  COALESCE(LENGTH(result), 0) + COALESCE(LENGTH(error), 0) AS size"
             "  FROM attempts FORCE INDEX (uq_attempts_number) WHERE task_id = %s"
             f"  AND attempt_number > %s ORDER BY attempt_number {order} LIMIT %s) p) w"
             # From the task's attempts to their rows, whatever the statistics say.
@@ -336,7 +336,6 @@ class Scope:
             " ORDER BY a.attempt_number",
             [*budget, task["id"], after, limit],
         )
-        return rows
 
     def attempt(self, task_public_id: str, number: int) -> dict[str, Any]:
         task = self.task(task_public_id)
@@ -362,17 +361,14 @@ class Scope:
         return rows[0]
 
     def history(
-        self, task_public_id: str, after: int = 0, limit: int = HISTORY_PAGE, newest: bool = False
+        self, task_public_id: str, after: int = 0, limit: int = HISTORY_PAGE
     ) -> list[dict[str, Any]]:
         """A page of the task's history: the events after the first ``after``, at most
-        ``limit``, oldest first (``newest``: the last ``limit`` events). Each row carries its
-        ``position`` (1 for the first event), the cursor of the page that follows it. Paged
-        by position, not by row id: the id is one sequence for the whole server. The offset
-        is walked in ``ix_task_history_task`` alone, the rows read by primary key."""
+        ``limit``, oldest first. Each row carries its ``position`` (1 for the first event),
+        the cursor of the page that follows it. Paged by position, not by row id: the id is
+        one sequence for the whole server. The offset is walked in ``ix_task_history_task``
+        alone, the rows read by primary key."""
         task = self.task(task_public_id)
-        if newest:
-            total = self.history_count(task)
-            after = max(0, total - limit)
         rows = self.db.query(
             "SELECT h.event, h.from_state, h.to_state, h.actor, h.details, h.concurrency_token, "
             "a.public_id AS attempt_id, h.created_at FROM (SELECT id FROM task_history "

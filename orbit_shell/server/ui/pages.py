@@ -251,11 +251,12 @@ class Dashboard:
         """A task page's last attempts and events (a history has no bound: resolving back to
         WAITING raises max_attempts), with whether older ones exist."""
         attempts = s.attempts(task_id, 0, TASK_ROWS + 1, newest=True)
+        total = s.history_count(row)
         return {
             "attempts": attempts[-TASK_ROWS:],
             "attempts_older": len(attempts) > TASK_ROWS,
-            "history": s.history(task_id, 0, TASK_ROWS, newest=True),
-            "history_total": s.history_count(row),
+            "history": s.history(task_id, max(0, total - TASK_ROWS), TASK_ROWS),
+            "history_total": total,
         }
 
     def _task_rows(self, req, resp, task_id: str, kind: str) -> None:
