@@ -113,7 +113,11 @@ def _check_arguments(target, old_primary, replicas, repl_user, wait_seconds, los
         raise PromoteError("--repl-user is needed to point replicas at the new primary")
     if wait_seconds < 1:
         raise PromoteError("--wait must be at least 1 second")
-    for dsn in (target, old_primary, *replicas):
+    _check_dsns(target, old_primary, *replicas)
+
+
+def _check_dsns(*dsns: str | None) -> None:
+    for dsn in dsns:
         if dsn is not None:
             try:
                 db.parse_dsn(dsn)
@@ -274,7 +278,7 @@ def raise_epoch(
     one written to ``--epoch-file``, so every token granted from then on exceeds every token
     granted before the restore (H1, K7).
     """
-    _check_arguments(target, None, (), None, 1, lost=True)
+    _check_dsns(target)
     written_epoch = read_epoch_file(epoch_file)
     conn = _admin(target)
     try:
