@@ -34,6 +34,24 @@ def submit_fields(body: dict[str, Any]) -> tuple:
     )
 
 
+def submit_one(db: Database, procedure: str, *args: Any) -> dict[str, Any]:
+    """CALL ``task_submit`` or ``task_submit_as`` and return its answer row.
+
+    The routine reads its answer after its commit, so a replay that meets the end of its task's
+    retention window can find the Idempotency-Key record and then no task: the cleanup deleted
+    both in between. The window has then passed, and the call is made once more, which accepts
+    the request anew (R2: 201, a new task).
+
+    Raises:
+        Unavailable: the task vanished twice running (no cleanup deletes a new task).
+    """
+    for _ in range(2):
+        [rows] = db.call(procedure, *args)
+        if rows:
+            return rows[0]
+    raise errors.Unavailable("the submission's task was deleted while it was answered; retry")
+
+
 def submit_many(
     db: Database, namespace_id: int, actor: str, items: list[tuple[int, str, dict[str, Any]]]
 ) -> list[dict[str, Any] | errors.OrbitError]:

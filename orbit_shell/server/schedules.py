@@ -239,7 +239,8 @@ def fire_due(database: Database, limit: int = 100, now=utcnow) -> int:
         task_id = None
         if queues:
             try:
-                [[made]] = database.call(
+                made = batches.submit_one(
+                    database,
                     "task_submit",
                     row["namespace_id"],
                     queues[0]["id"],

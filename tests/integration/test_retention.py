@@ -11,7 +11,10 @@ import secrets
 
 import pytest
 
+from orbit_shell.engine import batches
+from orbit_shell.engine.db import Database
 from orbit_shell.server import cleanup
+from tests.engine import submit_args
 from tests.helpers import Session, submit, task_body
 
 
@@ -208,3 +211,45 @@ def test_r6_metrics_say_the_cleanup_lag_and_last_pass(client, tenant, database):
     assert lag and lag[0] >= 0
     cleanup.run_pass(database, tenant.namespace_id)
     assert "orbit_cleanup_last_pass_timestamp_seconds" in client.simulate_get("/metrics").text
+
+
+class _DeletedBetween(Database):
+    """The pool the test's calls go through, with the cleanup's transaction run where the race
+    puts it: after the replay's read of its record (the first call sees the record and no task:
+    its tasks row is deleted beforehand), before the call is made again."""
+
+    def __init__(self, dsn: str, record: tuple[int, str]) -> None:
+        super().__init__(dsn)
+        self.record, self.calls = record, 0
+
+    def call(self, procedure, *args):
+        sets = super().call(procedure, *args)
+        self.calls += 1
+        if self.calls == 1:
+            with self.connection() as conn, conn.cursor() as cur:
+                cur.execute(
+                    "DELETE FROM idempotency_records"
+                    " WHERE namespace_id = %s AND idempotency_key = %s",
+                    self.record,
+                )
+        return sets
+
+
+def test_r2_a_replay_that_meets_its_deletion_creates_the_task_anew(tenant, database):
+    """A replay reads the Idempotency-Key record, commits, then reads its task for the answer: a
+    cleanup that deletes both in between leaves it a record and no task. It is made again,
+    which creates the task anew (R2), instead of failing for want of an answer."""
+    idem = f"race-{secrets.token_hex(4)}"
+    queue = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
+    args = submit_args(tenant.namespace_id, queue[0]["id"], idem)
+    first = batches.submit_one(database, "task_submit", *args)
+    assert first["created"] == 1
+    # The half of the cleanup's transaction that the replay's answer sees committed.
+    with database.connection() as conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM tasks WHERE public_id = %s", (first["task_id"],))
+    racing = _DeletedBetween(database.dsn, (tenant.namespace_id, idem))
+    try:
+        again = batches.submit_one(racing, "task_submit", *args)
+    finally:
+        racing.close()
+    assert racing.calls == 2 and again["created"] == 1 and again["task_id"] != first["task_id"]

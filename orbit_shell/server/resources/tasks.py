@@ -99,7 +99,8 @@ class Tasks:
             # (401, 403) before what you sent; only this path reads the credential first.
             auth.authenticate(req.context.db, header).require("tasks:submit")
             raise
-        [[row]] = req.context.db.call(
+        row = batches.submit_one(
+            req.context.db,
             "task_submit_as",
             credential,
             digest,
