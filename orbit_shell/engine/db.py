@@ -194,6 +194,30 @@ def find_primary(servers: list[dict[str, Any]]) -> int:
     return best[1]
 
 
+def replica_lag(server: dict[str, Any]) -> float | None:
+    """Seconds the replica ``server`` is behind its primary, as it says itself; None when it
+    does not answer within PROBE_TIMEOUT, replicates from nothing, has stopped applying, or the
+    account may not ask (it needs ``SLAVE MONITOR`` on MariaDB, ``REPLICATION CLIENT`` on
+    MySQL). ``SHOW REPLICA STATUS`` both accept; the column is the dialects' one difference."""
+    t = PROBE_TIMEOUT
+    try:
+        conn = _open(server, connect_timeout=t, read_timeout=t, write_timeout=t)
+    except pymysql.MySQLError:
+        return None
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW REPLICA STATUS")
+            row = cur.fetchone()
+    except pymysql.MySQLError:
+        return None
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    behind = row.get("Seconds_Behind_Master", row.get("Seconds_Behind_Source"))
+    return None if behind is None else float(behind)
+
+
 def _open(kwargs: dict[str, Any], **overrides: Any) -> pymysql.connections.Connection:
     kwargs = dict(kwargs)
     kwargs.update(
@@ -447,6 +471,13 @@ class Database:
             if isinstance(mapped, errors.Internal):
                 log.error("query failed: %r", exc, extra={"action": "db.error"})
             raise mapped from exc
+
+    def replicas(self) -> list[dict[str, Any]]:
+        """pymysql kwargs of the servers this pool does not write to: with several hosts, every
+        one but the primary found last (none until one is found); with one host, none."""
+        if self._primary is None:
+            return []
+        return [s for i, s in enumerate(self._servers) if i != self._primary]
 
     def forget_primary(self) -> None:
         """After a failover, a fence or a server that stopped answering: look for the primary

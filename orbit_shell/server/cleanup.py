@@ -4,10 +4,11 @@ A pass calls ``retention_cleanup`` for one namespace until a batch comes back sh
 ``keys_reclaim`` over its idle key rows (each deletion raising its stripe's token floor): each
 call is one short transaction of at most ``batch`` rows of each kind, and between calls the
 pass sleeps so that it deletes during ``DUTY`` of its time, and a second while InnoDB's
-history list (the undo that purge has not yet removed) is above ``HISTORY_LIMIT``: deletes
-add to it, and a long list slows every read of the rows it covers. The leader runs a pass
-over every namespace every ``ORBIT_CLEANUP_INTERVAL`` seconds (:class:`Cleaner`);
-``orbit-admin cleanup`` runs one now.
+history list (the undo that purge has not yet removed) is above ``HISTORY_LIMIT`` (deletes
+add to it, and a long list slows every read of the rows it covers) or a replica the DSN names
+is more than ``LAG_LIMIT`` seconds behind (a failover to it would wait for the deletes). The
+leader runs a pass over every namespace every ``ORBIT_CLEANUP_INTERVAL`` seconds
+(:class:`Cleaner`); ``orbit-admin cleanup`` runs one now.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 import pymysql
 
 from orbit_shell import errors
-from orbit_shell.engine.db import Database
+from orbit_shell.engine.db import Database, replica_lag
 from orbit_shell.server.dbmetrics import HISTORY_LENGTH
 
 log = logging.getLogger("orbit.cleanup")
@@ -41,9 +42,14 @@ PAUSE = 0.01
 # full speed cost the load a third of its tasks/s, and at a fifth of the time a fifth on the
 # default server (0.96x in production); a tenth still deletes thousands of rows a second.
 DUTY = 0.1
-# Undo records purge has not removed yet, above which a pass waits between batches.
+# Undo records purge has not removed yet, above which a pass waits BACKOFF seconds between
+# batches.
 HISTORY_LIMIT = 100_000
-HISTORY_WAIT = 1.0
+BACKOFF = 1.0
+# Seconds a replica may be behind before a pass waits BACKOFF between batches; asked at most
+# every LAG_EVERY seconds, since each asking opens a connection per replica.
+LAG_LIMIT = 10.0
+LAG_EVERY = 1.0
 
 
 def history_length(database: Database) -> int | None:
@@ -54,6 +60,23 @@ def history_length(database: Database) -> int | None:
     except errors.OrbitError:
         return None
     return int(rows[0]["count"]) if rows and rows[0]["count"] is not None else None
+
+
+class _Lag:
+    """The most any replica of ``database`` is behind, asked at most every LAG_EVERY seconds.
+    A replica that cannot say is left out: without the privilege, or stopped, it would
+    otherwise hold back every pass for ever."""
+
+    def __init__(self, database: Database) -> None:
+        self.database, self.asked, self.seconds = database, float("-inf"), 0.0
+
+    def behind(self) -> float:
+        replicas = self.database.replicas()
+        if replicas and time.monotonic() - self.asked >= LAG_EVERY:
+            self.asked = time.monotonic()
+            lags = [lag for lag in map(replica_lag, replicas) if lag is not None]
+            self.seconds = max(lags, default=0.0)
+        return self.seconds
 
 
 def run_pass(
@@ -70,6 +93,7 @@ def run_pass(
     than ``duty`` of its time (1: as fast as it goes). ``deleted(table, rows)`` is told of
     each batch's deletions (the metrics)."""
     totals = dict.fromkeys(TABLES, 0)
+    lag = _Lag(database)
 
     def count(row: dict) -> None:
         for table in TABLES:
@@ -80,8 +104,8 @@ def run_pass(
 
     def paced(took: float) -> None:
         length = history_length(database)
-        if length is not None and length > HISTORY_LIMIT:
-            sleep(HISTORY_WAIT)
+        if (length is not None and length > HISTORY_LIMIT) or lag.behind() > LAG_LIMIT:
+            sleep(BACKOFF)
         else:
             sleep(max(pause, took * (1 / duty - 1)))
 

@@ -37,7 +37,7 @@ for _host in HOSTS:
         f"CREATE USER '{APP_USER}'@'{_host}' IDENTIFIED BY '{APP_PASSWORD}'",
         # Everything on the database, nothing that outlives read_only (the fence).
         f"GRANT ALL PRIVILEGES ON `{localdb.DATABASE}`.* TO '{APP_USER}'@'{_host}'",
-        f"GRANT PROCESS ON *.* TO '{APP_USER}'@'{_host}'",
+        f"GRANT PROCESS, SLAVE MONITOR ON *.* TO '{APP_USER}'@'{_host}'",
         f"CREATE USER '{REPL_USER}'@'{_host}' IDENTIFIED BY '{REPL_PASSWORD}'",
         f"GRANT REPLICATION SLAVE ON *.* TO '{REPL_USER}'@'{_host}'",
     ]
