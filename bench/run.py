@@ -26,6 +26,8 @@ Parts:
   cleanup    (asked for with --only cleanup) bytes on disk per finished task; a backlog of
              100k (1M) finished tasks deleted beside the e2e load, against the load alone;
              a 5-minute soak at a constant rate with a 60 s window (bench/cleanup.py)
+  indexes    (asked for with --only indexes) each index of tasks: bytes per task, and the
+             rows its query reads with it and without it (bench/indexes.py)
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ import targets  # noqa: E402
 from cleanup import run_cleanup  # noqa: E402
 from e2e import e2e, start_server  # noqa: E402
 from engine_parts import Bench  # noqa: E402
+from indexes import run_indexes  # noqa: E402
 from measures import (  # noqa: E402
     deadlock_reports,
     locks_text,
@@ -506,7 +509,7 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser.add_argument("--large", action="store_true", help="100k and 1M parked, longer runs")
     parser.add_argument(
         "--only",
-        choices=["ceiling", "procedure", "phases", "blocked", "e2e", "peer", "cleanup"],
+        choices=["ceiling", "procedure", "phases", "blocked", "e2e", "peer", "cleanup", "indexes"],
         nargs="*",
     )
     parser.add_argument(
@@ -647,6 +650,9 @@ def run_profile(name: str, args, parser, parts: set[str], seconds: float) -> dic
         run_procedure(bench, dsn, args, parts, seconds, results, began)
         run_phases(bench, parts, results, began)
         run_blocked(bench, args, parts, results, began)
+        if "indexes" in parts:
+            began["indexes"] = time.monotonic()
+            results["indexes"] = run_indexes(bench)
         run_served(bench, dsn, args, parts, results, began, scenarios)
         ends = [*list(began.values())[1:], time.monotonic()]
         results["part_seconds"] = {
