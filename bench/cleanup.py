@@ -8,7 +8,9 @@ finished task leaves on disk, and whether a constant load under a short window s
   probe's claim p99 (an empty claim every 10 ms) side by side, rows deleted per second,
   deadlocks.
 - ``bytes``: keyed tasks, each its own key, run through the API; InnoDB's data and index
-  bytes per finished task, per table.
+  bytes per finished task, per table, counted over the tasks after a first 20,000: a new
+  table's first pages come one by one and then a whole extent at a time, so its first
+  megabytes count several hundred bytes more a task than the table's growth from then on.
 - ``soak``: keyed tasks at a constant rate with a 60 s window and a cleanup pass every 10 s;
   rows of every table and the data files' size, per minute.
 """
@@ -130,11 +132,12 @@ class ClaimProbe(threading.Thread):
 
 
 class Cleaning(threading.Thread):
-    """The cleanup as fast as it goes (window 0), counting rows and seconds."""
+    """The cleanup at window 0, paced at ``duty`` as the leader's pass is, counting rows and
+    seconds."""
 
-    def __init__(self, bench: Bench) -> None:
+    def __init__(self, bench: Bench, duty: float) -> None:
         super().__init__(daemon=True)
-        self.bench = bench
+        self.bench, self.duty = bench, duty
         self.rows = 0
         self.seconds = 0.0
         self.stopped = threading.Event()
@@ -142,17 +145,17 @@ class Cleaning(threading.Thread):
     def run(self) -> None:
         began = time.monotonic()
         while not self.stopped.is_set():
-            done = cleanup.run_pass(self.bench.db, self.bench.ns)
+            done = cleanup.run_pass(self.bench.db, self.bench.ns, duty=self.duty)
             self.rows += sum(done.values())
             if not done["tasks"]:
                 break  # the backlog is gone
         self.seconds = time.monotonic() - began
 
 
-def loaded(bench: Bench, url: str, clean: bool, tasks: int) -> dict:
+def loaded(bench: Bench, url: str, clean: bool, tasks: int, duty: float) -> dict:
     """One e2e run (batches of 100 over 1,000 keys) with or without the cleanup beside it."""
     probe = ClaimProbe(bench, url)
-    cleaner = Cleaning(bench)
+    cleaner = Cleaning(bench, duty)
     locks = lock_counters(bench.db)
     probe.start()
     if clean:
@@ -173,17 +176,18 @@ def loaded(bench: Bench, url: str, clean: bool, tasks: int) -> dict:
     }
 
 
-def backlog(bench: Bench, url: str, finished: int, tasks: int) -> dict:
+def backlog(bench: Bench, url: str, finished: int, tasks: int, duty: float) -> dict:
     """The cleanup beside the load, alternated with the load alone: off, on, off, on."""
     bench.db.call("namespace_retention", bench.ns, 0, 0)
     rounds: dict[str, list[dict]] = {"off": [], "on": []}
     for mode in ("off", "on", "off", "on"):
         if mode == "off":  # the load alone over the backlog, which the next round deletes
             make_backlog(bench, finished)
-        rounds[mode].append(loaded(bench, url, mode == "on", tasks))
+        rounds[mode].append(loaded(bench, url, mode == "on", tasks, duty))
     best = {m: max(r, key=lambda x: x["tasks_per_s"]) for m, r in rounds.items()}
     return {
         "backlog": finished,
+        "duty": duty,
         "rounds": rounds,
         "tasks_per_s_on_vs_off": best["on"]["tasks_per_s"] / best["off"]["tasks_per_s"],
         "claim_p99_on_vs_off": best["on"]["claim_p99_ms"] / best["off"]["claim_p99_ms"],
@@ -212,13 +216,15 @@ def table_bytes(bench: Bench) -> dict[str, int]:
     return out
 
 
-def bytes_per_task(bench: Bench, url: str, tasks: int) -> dict:
-    """``tasks`` keyed tasks, each its own key, through the API; bytes on disk per task."""
+def bytes_per_task(bench: Bench, url: str, tasks: int, warm: int = 20_000) -> dict:
+    """``tasks`` keyed tasks, each its own key, through the API, after ``warm`` others; the
+    tables' growth on disk per task over the ``tasks``."""
+    e2e(bench, url, "bytes-warm", warm, warm, producers=4, workers=2, capacity=100, batch=100)
     before = table_bytes(bench)
     e2e(bench, url, "bytes", tasks, tasks, producers=4, workers=2, capacity=100, batch=100)
     after = table_bytes(bench)
     per = {t: (after[t] - before[t]) / tasks for t in GROWING}
-    return {"tasks": tasks, "per_table": per, "total": sum(per.values())}
+    return {"tasks": tasks, "after": warm, "per_table": per, "total": sum(per.values())}
 
 
 def soak(bench: Bench, url: str, seconds: float, rate: float, window: int = 60) -> dict:
@@ -270,22 +276,26 @@ def soak(bench: Bench, url: str, seconds: float, rate: float, window: int = 60) 
     }
 
 
-def run_cleanup(bench: Bench, url: str, large: bool, soak_seconds: float = 300.0) -> dict:
+def run_cleanup(
+    bench: Bench, url: str, large: bool, soak_seconds: float = 300.0, duty: float = cleanup.DUTY
+) -> dict:
     out = {
-        "bytes": bytes_per_task(bench, url, 20_000),
-        "backlog": backlog(bench, url, 1_000_000 if large else 100_000, 10_000),
+        "bytes": bytes_per_task(bench, url, 40_000),
+        "backlog": backlog(bench, url, 1_000_000 if large else 100_000, 10_000, duty),
         "soak": soak(bench, url, soak_seconds, 50.0),
     }
     b = out["bytes"]
     print(
-        f"cleanup: bytes per finished task {b['total']:.0f} ("
+        f"cleanup: bytes per finished task {b['total']:.0f}, tasks {b['after']:,} to "
+        f"{b['after'] + b['tasks']:,} ("
         + ", ".join(f"{t} {v:.0f}" for t, v in b["per_table"].items() if v)
         + ")",
         flush=True,
     )
     k = out["backlog"]
     print(
-        f"cleanup: deleting a backlog of {k['backlog']:,} finished tasks beside the e2e load: "
+        f"cleanup: deleting a backlog of {k['backlog']:,} finished tasks beside the e2e load "
+        f"(duty {k['duty']:g}): "
         f"tasks/s {k['tasks_per_s_on_vs_off']:.2f}x of the load alone (target >= 0.9), claim "
         f"p99 {k['claim_p99_on_vs_off']:.2f}x (target <= 1.5), {k['rows_deleted_per_s']:,.0f} "
         f"rows deleted/s, deadlocks {k['deadlocks']}",

@@ -70,6 +70,7 @@ from peer import peer  # noqa: E402
 from devtools import localdb  # noqa: E402
 from orbit_shell.engine import schema  # noqa: E402
 from orbit_shell.sdk.client import Client  # noqa: E402
+from orbit_shell.server.cleanup import DUTY as CLEANUP_DUTY  # noqa: E402
 
 
 def run_ceiling(
@@ -379,7 +380,9 @@ def run_served(
         try:
             if "cleanup" in parts:
                 began["cleanup"] = time.monotonic()
-                results["cleanup"] = run_cleanup(bench, url, args.large, args.soak_seconds)
+                results["cleanup"] = run_cleanup(
+                    bench, url, args.large, args.soak_seconds, args.cleanup_duty
+                )
             if "peer" in parts:
                 began["peer"] = time.monotonic()
                 results["peer"] = peer(bench, url, 6000 if args.large else 2000)
@@ -525,6 +528,13 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
         "--soak-seconds", type=float, default=300.0, help="the cleanup part's soak (5 minutes)"
     )
     parser.add_argument(
+        "--cleanup-duty",
+        type=float,
+        default=CLEANUP_DUTY,
+        help="the share of its time the cleanup part's pass deletes beside the load "
+        "(the leader's, 0.1)",
+    )
+    parser.add_argument(
         "--binlog",
         action="store_true",
         help="private server with binary logging synced per commit (MySQL 8's default)",
@@ -605,7 +615,7 @@ def private_server(binlog: bool, flush_delay_ms: float, parser) -> localdb.Priva
 # it runs: those whose figures the hot path is judged by.
 PRODUCTION = {"binlog": True, "flush_delay_ms": 1.0}
 PRODUCTION_PARTS = {"ceiling", "procedure", "e2e", "cleanup"}
-PRODUCTION_SCENARIOS = {"unkeyed", "hot10", "unbatched"}
+PRODUCTION_SCENARIOS = {"unkeyed", "keys1000", "hot10", "unbatched"}
 
 
 def run_profile(name: str, args, parser, parts: set[str], seconds: float) -> dict:
