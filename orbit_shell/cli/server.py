@@ -35,6 +35,7 @@ def version() -> str:
 
 
 METRICS_PREFIX = "orbit-metrics-"  # + "<pid>-<random>": the private metrics directory
+WAKE_PREFIX = "orbit-wake-"  # + "<pid>-<random>": the worker processes' wakeup sockets
 
 
 class OrbitServer(BaseApplication):
@@ -42,9 +43,12 @@ class OrbitServer(BaseApplication):
     (``api.gevent_worker.OrbitWorker``): a long-poll claim or a slow client waits in a
     greenlet, never holding a thread other requests need (L1)."""
 
-    def __init__(self, config: Config, metrics_dir: str | None = None) -> None:
+    def __init__(
+        self, config: Config, metrics_dir: str | None = None, wake_dir: str | None = None
+    ) -> None:
         self.config = config
         self.metrics_dir = metrics_dir  # made by main(): removed when the server exits
+        self.wake_dir = wake_dir  # likewise: one socket per worker process (server.wakeups)
         super().__init__()
 
     def load_config(self) -> None:
@@ -64,8 +68,9 @@ class OrbitServer(BaseApplication):
         self.cfg.set("on_exit", self._on_exit)
 
     def _on_exit(self, server) -> None:
-        if self.metrics_dir:
-            shutil.rmtree(self.metrics_dir, ignore_errors=True)
+        for made in (self.metrics_dir, self.wake_dir):
+            if made:
+                shutil.rmtree(made, ignore_errors=True)
 
     def _post_worker_init(self, worker) -> None:
         # Imported here, in the worker after gevent patched it: a class made from
@@ -125,8 +130,9 @@ class OrbitServer(BaseApplication):
 
     def load(self):
         from orbit_shell.server.app import create_app
+        from orbit_shell.server.wakeups import Wakeups
 
-        return create_app(self.config)
+        return create_app(self.config, wakeups=Wakeups(self.wake_dir))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"orbit: cannot reach the database: {exc}", file=sys.stderr)
         return 1
     log.info("starting", extra={"action": "server.start", "addr": config.http_addr})
-    OrbitServer(config, _metrics_dir()).run()
+    _remove_orphaned_dirs()
+    wake_dir = tempfile.mkdtemp(prefix=f"{WAKE_PREFIX}{os.getpid()}-")
+    OrbitServer(config, _metrics_dir(), wake_dir).run()
     return 0
 
 
@@ -166,23 +174,28 @@ def _metrics_dir() -> str | None:
         for stale in glob.glob(os.path.join(named, "*.db")):
             os.remove(stale)
         return None
-    _remove_orphaned_metrics_dirs()
     made = tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = made
     return made
 
 
-def _remove_orphaned_metrics_dirs() -> None:
-    """Remove the private metrics directories of this user's servers that are gone: one killed
-    with SIGKILL never ran ``on_exit``. The directory's name carries its server's pid."""
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), METRICS_PREFIX + "*-*")):
-        pid = os.path.basename(path)[len(METRICS_PREFIX) :].split("-", 1)[0]
+def _remove_orphaned_dirs() -> None:
+    """Remove the private metrics and wakeup directories of this user's servers that are
+    gone: one killed with SIGKILL never ran ``on_exit``. A directory's name carries its
+    server's pid."""
+    found = [
+        (path, prefix)
+        for prefix in (METRICS_PREFIX, WAKE_PREFIX)
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*-*"))
+    ]
+    for path, prefix in found:
+        pid = os.path.basename(path)[len(prefix) :].split("-", 1)[0]
         try:
             if not pid.isdigit() or os.stat(path).st_uid != os.getuid():
                 continue
             os.kill(int(pid), 0)
         except ProcessLookupError:
             shutil.rmtree(path, ignore_errors=True)
-            log.info("removed orphaned metrics directory", extra={"action": "server.start"})
+            log.info("removed an orphaned directory", extra={"action": "server.start"})
         except OSError:
             continue  # alive under another user (EPERM), or already gone

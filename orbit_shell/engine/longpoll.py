@@ -26,6 +26,7 @@ def poll(
     ready: Callable[[], bool] | None = None,
     gone: Callable[[], bool] | None = None,
     crowd_pause: Callable[[], float] | None = None,
+    wake: Callable[[float], bool] | None = None,
 ) -> list[T]:
     """Call ``fetch`` until it returns something or ``wait_ms`` has passed.
 
@@ -40,6 +41,9 @@ def poll(
     with nothing (L1: an abandoned poll must not keep probing the database for its wait).
     ``crowd_pause`` is the least pause between probes while many polls wait in this process
     (``PollGate.crowd_pause``), so that their probes together stay within a budget.
+    ``wake(seconds)`` waits between probes instead of ``sleep`` and returns True when a
+    submission to one of the poll's queues woke it (``server.wakeups``): the poll then fetches
+    at once, without probing first.
     """
     deadline = clock() + wait_ms / 1000.0
     pause = 0.02
@@ -61,7 +65,12 @@ def poll(
             left = deadline - clock()
             if left <= 0:
                 return []  # the probe said no to the end: a fetch would find nothing either
-            sleep(min(max(probe, crowd_pause()) if crowd_pause else probe, left))
+            pause_for = min(max(probe, crowd_pause()) if crowd_pause else probe, left)
+            if wake is not None and wake(pause_for):
+                wrong = True  # as after a yes: the fetch below may find another was first
+                break
+            if wake is None:
+                sleep(pause_for)
             probes += 1
             if probes % 3 == 0:
                 probe = min(probe * 2, PROBE_PAUSE_MAX)

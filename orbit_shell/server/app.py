@@ -34,6 +34,7 @@ from orbit_shell.server.resources.workers import Workers
 from orbit_shell.server.routes import ROUTES
 from orbit_shell.server.ui import pages as dashboard
 from orbit_shell.server.ui.session import Sessions
+from orbit_shell.server.wakeups import Wakeups
 from orbit_shell.validation import HEX32
 
 log = logging.getLogger("orbit.api")
@@ -166,9 +167,14 @@ class ErrorBoundary:
 
 
 def create_app(
-    config: Config, database: Database | None = None, registry: CollectorRegistry | None = None
+    config: Config,
+    database: Database | None = None,
+    registry: CollectorRegistry | None = None,
+    wakeups: Wakeups | None = None,
 ) -> falcon.App:
-    """Build the WSGI app. Connections are opened lazily, so it is safe before a fork."""
+    """Build the WSGI app. Connections are opened lazily, so it is safe before a fork.
+    ``wakeups``: how submissions wake waiting polls (by default within this process only)."""
+    wakeups = wakeups or Wakeups()
     database = database or Database(
         config.dsn,
         pool_size=config.db_pool_size,
@@ -189,7 +195,9 @@ def create_app(
         ),
         "openapi": OpenApi(openapi.build()),
         "queues": Queues(config.max_body_bytes),
-        "tasks": Tasks(config.max_body_bytes, SubmitGuard(config.submit_rate, config.submit_burst)),
+        "tasks": Tasks(
+            config.max_body_bytes, SubmitGuard(config.submit_rate, config.submit_burst), wakeups
+        ),
         "workers": Workers(
             config.max_body_bytes,
             PollGate(
@@ -203,6 +211,7 @@ def create_app(
                     multiprocess_mode="livesum",
                 ),
             ),
+            wakeups,
         ),
         "attempts": Attempts(config.max_body_bytes),
         "schedules": Schedules(config.max_body_bytes),

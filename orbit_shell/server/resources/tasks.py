@@ -13,6 +13,7 @@ from orbit_shell.server import actions, auth
 from orbit_shell.server.common import in_scope_batch, item, ok, read_json, read_query, scope
 from orbit_shell.server.guard import SubmitGuard
 from orbit_shell.server.scoped import CURSOR_PATTERN, HISTORY_PAGE, MAX_PAGE
+from orbit_shell.server.wakeups import Wakeups
 
 STATES = (
     "WAITING",
@@ -58,9 +59,10 @@ class Tasks:
     # Queue ids remembered per process, at most this many (then forgotten all at once).
     QUEUE_IDS_MAX = 10_000
 
-    def __init__(self, max_body: int, guard: SubmitGuard) -> None:
+    def __init__(self, max_body: int, guard: SubmitGuard, wakeups: Wakeups | None = None) -> None:
         self.max_body = max_body
         self.guard = guard
+        self.wakeups = wakeups or Wakeups()
         self.queue_ids: dict[tuple[int, str], int] = {}
 
     def queue_id(self, s, public_id: str) -> int:
@@ -109,9 +111,12 @@ class Tasks:
             *batches.submit_fields(body),
         )
         self.guard.spend(credential)
-        status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
         # task_submit answers the detail, as one JSON object (sql/procedures/task_submit.sql).
-        ok(req, resp, serialize.task_detail(json.loads(row["task"])), status)
+        task = json.loads(row["task"])
+        if row["created"]:
+            self.wakeups.notify({task["queue_public_id"]: 1})
+        status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
+        ok(req, resp, serialize.task_detail(task), status)
 
     def on_post_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
         """Submit up to 100 tasks in one transaction, each as POST /v1/tasks would (own
@@ -129,6 +134,11 @@ class Tasks:
             prepare,
             lambda chosen: batches.submit_many(s.db, s.namespace_id, s.principal.actor, chosen),
         )
+        arrived: dict[str, int] = {}
+        for task, answer in zip(body["tasks"], answers, strict=True):
+            if isinstance(answer, dict) and answer["created"]:
+                arrived[task["queue_id"]] = arrived.get(task["queue_id"], 0) + 1
+        self.wakeups.notify(arrived)
         ok(
             req,
             resp,

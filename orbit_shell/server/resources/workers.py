@@ -22,6 +22,14 @@ from orbit_shell.server.common import (
     read_json,
     scope,
 )
+from orbit_shell.server.wakeups import Wakeups
+
+# The public ids of a waiting session's queues, which its poll listens on for wakeups.
+SESSION_QUEUES = (
+    "SELECT q.public_id FROM worker_sessions s "
+    "JOIN worker_session_queues wq ON wq.session_id = s.id JOIN queues q ON q.id = wq.queue_id "
+    "WHERE s.public_id = %s AND s.namespace_id = %s"
+)
 
 
 def peer_gone(sock: socket.socket | None) -> Callable[[], bool] | None:
@@ -32,10 +40,16 @@ def peer_gone(sock: socket.socket | None) -> Callable[[], bool] | None:
 
 class Workers:
     def __init__(
-        self, max_body: int, gate: longpoll.PollGate, sleep=None, clock=time.monotonic
+        self,
+        max_body: int,
+        gate: longpoll.PollGate,
+        wakeups: Wakeups | None = None,
+        sleep=None,
+        clock=time.monotonic,
     ) -> None:
         self.max_body = max_body
         self.gate = gate
+        self.wakeups = wakeups or Wakeups()
         self.sleep = sleep or time.sleep  # looked up now: gevent may have patched it
         self.clock = clock
 
@@ -101,7 +115,11 @@ class Workers:
             def fetch() -> list:
                 return made.pop() if made else claim(s.namespace_id)
 
-            with self.gate.admit(s.principal.credential_id):
+            queues = s.db.query(SESSION_QUEUES, (session_id, s.namespace_id))
+            with (
+                self.gate.admit(s.principal.credential_id),
+                self.wakeups.listen(q["public_id"] for q in queues) as waiter,
+            ):
                 rows = longpoll.poll(
                     fetch,
                     body["wait_ms"],
@@ -112,6 +130,7 @@ class Workers:
                     ),
                     peer_gone(req.env.get("gunicorn.socket")),
                     self.gate.crowd_pause,
+                    waiter.wait,
                 )
         ok_text(req, resp, f'{{"assignments": {serialize.assignments_json(rows)}}}')
 

@@ -1,0 +1,152 @@
+"""Wakeups: a submission's commit starts the long polls waiting on its queue at once.
+
+A waiting claim otherwise learns of new work at its next probe (``longpoll.poll``: every
+20-50 ms). Here each waiting poll registers the public ids of its session's queues; after a
+submission commits, the route calls :meth:`Wakeups.notify` with the queue of each task it
+created, which wakes as many polls of that queue in this process as tasks arrived there. What
+this process could not wake goes to the server's other worker processes as one datagram each
+(a Unix socket per process in a directory the server makes for the run), and each wakes up
+to that many of its own. A woken poll claims at once.
+
+It is a hint, never the only way: a wakeup dropped (a full socket buffer, a process starting,
+a poll registered a moment late, another server's submission) leaves the poll to its next
+probe, so a task is started as it would be without wakeups, only later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+log = logging.getLogger("orbit.wakeups")
+
+SIBLINGS_TTL = 1.0  # seconds the list of sibling processes' sockets is reused
+DATAGRAM = 8192  # bytes one datagram of queue ids may take
+
+
+class Waiter:
+    """One poll's registration: ``wait(seconds)`` returns True when woken meanwhile."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def wait(self, seconds: float) -> bool:
+        woken = self.event.wait(seconds)
+        self.event.clear()
+        return woken
+
+
+class Wakeups:
+    """The polls waiting in this process, by queue public id, and the way to the server's
+    other processes. ``directory`` None: this process alone (an app served in-process)."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        self.directory = directory
+        self._waiting: dict[str, list[Waiter]] = {}
+        self._lock = threading.Lock()
+        self._pid: int | None = None  # the process whose socket is bound (forks rebind)
+        self._sock: socket.socket | None = None
+        self._siblings: list[str] = []
+        self._siblings_at = float("-inf")
+
+    @contextlib.contextmanager
+    def listen(self, queues: Iterable[str]) -> Iterator[Waiter]:
+        """Register a waiting poll for ``queues`` while the block runs."""
+        self._bind()
+        waiter, names = Waiter(), list(queues)
+        with self._lock:
+            for queue in names:
+                self._waiting.setdefault(queue, []).append(waiter)
+        try:
+            yield waiter
+        finally:
+            with self._lock:
+                for queue in names:
+                    waiters = self._waiting.get(queue, [])
+                    if waiter in waiters:
+                        waiters.remove(waiter)
+                    if not waiters:
+                        self._waiting.pop(queue, None)
+
+    def notify(self, arrived: dict[str, int]) -> None:
+        """Tasks committed: queue public id -> how many. Wakes that many local polls of each
+        queue (the longest waiting first) and sends what is left to the other processes."""
+        left = self._wake(arrived)
+        if left and self.directory:
+            self._send(left)
+
+    def _wake(self, arrived: dict[str, int]) -> dict[str, int]:
+        left: dict[str, int] = {}
+        with self._lock:
+            for queue, count in arrived.items():
+                waiters = self._waiting.get(queue, [])
+                asleep = [w for w in waiters if not w.event.is_set()]
+                for waiter in asleep[:count]:
+                    waiter.event.set()
+                if count > len(asleep):
+                    left[queue] = count - len(asleep)
+        return left
+
+    # Between the server's processes ----------------------------------------------------------
+    def _bind(self) -> None:
+        if not self.directory or self._pid == os.getpid():
+            return
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            path = os.path.join(self.directory, f"{os.getpid()}.sock")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                sock.bind(path)
+            except OSError as exc:
+                sock.close()
+                self.directory = None  # wakeups stay within this process; probes do the rest
+                log.warning("wakeups between processes off: %s", exc, extra={"action": "wakeups"})
+                return
+            self._sock, self._pid = sock, os.getpid()
+        threading.Thread(target=self._receive, name="orbit-wakeups", daemon=True).start()
+
+    def _receive(self) -> None:
+        sock = self._sock
+        while sock is not None:
+            try:
+                data = sock.recv(DATAGRAM)
+            except OSError:
+                return
+            arrived: dict[str, int] = {}
+            for part in data.decode("ascii", "replace").split(","):
+                queue, _, count = part.partition(":")
+                if queue and count.isdigit():
+                    arrived[queue] = arrived.get(queue, 0) + int(count)
+            self._wake(arrived)
+
+    def _send(self, left: dict[str, int]) -> None:
+        self._bind()
+        sock = self._sock
+        if sock is None:
+            return
+        data = ",".join(f"{q}:{n}" for q, n in left.items()).encode("ascii")[:DATAGRAM]
+        for path in self._sibling_paths():
+            try:
+                sock.sendto(data, socket.MSG_DONTWAIT, path)
+            except OSError:
+                self._siblings_at = float("-inf")  # gone or full: look again next time
+
+    def _sibling_paths(self) -> list[str]:
+        if time.monotonic() - self._siblings_at > SIBLINGS_TTL:
+            own = f"{os.getpid()}.sock"
+            self._siblings = [
+                p
+                for p in glob.glob(os.path.join(self.directory or "", "*.sock"))
+                if os.path.basename(p) != own
+            ]
+            self._siblings_at = time.monotonic()
+        return self._siblings
