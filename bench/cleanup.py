@@ -282,8 +282,9 @@ def run_cleanup(
     out = {
         "bytes": bytes_per_task(bench, url, 40_000),
         "backlog": backlog(bench, url, 1_000_000 if large else 100_000, 10_000, duty),
-        "soak": soak(bench, url, soak_seconds, 50.0),
     }
+    if soak_seconds > 0:  # --soak-seconds 0 leaves it out (a --large run of the backlog)
+        out["soak"] = soak(bench, url, soak_seconds, 50.0)
     b = out["bytes"]
     print(
         f"cleanup: bytes per finished task {b['total']:.0f}, tasks {b['after']:,} to "
@@ -301,7 +302,9 @@ def run_cleanup(
         f"rows deleted/s, deadlocks {k['deadlocks']}",
         flush=True,
     )
-    s = out["soak"]
+    s = out.get("soak")
+    if s is None:
+        return out
     print(
         f"cleanup: soak at {s['rate']:.0f} tasks/s, window {s['window_s']} s: most rows "
         + ", ".join(
