@@ -131,16 +131,23 @@ WORKER_PROCEDURES = (
     "worker_report_claim",
     "worker_goodbye",
 )
+# What a direct producer (the SDK's DirectProducer) may run: resolve its names and queues, and
+# submit (each procedure refuses it any namespace it is not bound to, and records its account
+# as the actor).
+PRODUCER_PROCEDURES = ("worker_namespace", "producer_queue", "task_submit", "task_submit_many")
 CREDENTIAL_ID = re.compile(r"^[0-9a-f]{16}$")
 ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_]{1,32}$")
 HOST_PATTERN = re.compile(r"^[A-Za-z0-9_.%:-]{1,60}$")
 
 
-def worker_account(dsn: str, args: argparse.Namespace) -> dict:
-    """Create (or re-grant) a MySQL account that may only EXECUTE the worker procedures, bound
-    to the namespace named by ``args`` (L4): the procedures refuse it any other. Run again with
-    another namespace, the account is bound to that one too; every run sets a new password.
-    STATE_CONFLICT for a user name that a MySQL account has which this command did not make."""
+def worker_account(
+    dsn: str, args: argparse.Namespace, procedures: tuple[str, ...] = WORKER_PROCEDURES
+) -> dict:
+    """Create (or re-grant) a MySQL account that may only EXECUTE ``procedures`` (the worker
+    procedures, or PRODUCER_PROCEDURES), bound to the namespace named by ``args`` (L4): the
+    procedures refuse it any other. Run again with another namespace, the account is bound to
+    that one too; every run sets a new password. STATE_CONFLICT for a user name that a MySQL
+    account has which this command did not make."""
     check_names(args)
     if not ACCOUNT_NAME.match(args.user) or not HOST_PATTERN.match(args.host):
         raise errors.InvalidArgument("user must be [A-Za-z0-9_]{1,32}; host a host pattern")
@@ -167,7 +174,7 @@ def worker_account(dsn: str, args: argparse.Namespace) -> dict:
         )
         # The routines are versioned (schema.py): the grants name the database's latest, the
         # version the account's workers call; orbit-migrate up grants each newer one.
-        granted = [database.routine(procedure) for procedure in WORKER_PROCEDURES]
+        granted = [database.routine(procedure) for procedure in procedures]
     finally:
         database.close()
     conn = db.connect(dsn)
@@ -199,7 +206,7 @@ def worker_account(dsn: str, args: argparse.Namespace) -> dict:
         "host": args.host,
         "password": password,
         "dsn": worker_dsn,
-        "procedures": list(WORKER_PROCEDURES),
+        "procedures": list(procedures),
         "application": args.application,
         "environment": args.environment,
         "namespace": args.namespace,
@@ -235,17 +242,18 @@ def main(argv: list[str] | None = None) -> int:
     boot.add_argument("--queue", required=True)
     boot.add_argument("--worker-access", action="store_true")
     boot.add_argument("--output", required=True)
-    account = sub.add_parser(
-        "worker-account", help="create a MySQL account that may only run worker procedures"
-    )
-    account.add_argument("--user", required=True)
-    account.add_argument("--host", default="%")
-    account.add_argument("--application", required=True)
-    account.add_argument("--environment", required=True)
-    account.add_argument(
-        "--namespace", required=True, help="the namespace it may act for (run again to add one)"
-    )
-    account.add_argument("--output", required=True, help="JSON file (0600) with the password")
+    for name, what in (("worker-account", "worker"), ("producer-account", "submission")):
+        account = sub.add_parser(
+            name, help=f"create a MySQL account that may only run the {what} procedures"
+        )
+        account.add_argument("--user", required=True)
+        account.add_argument("--host", default="%")
+        account.add_argument("--application", required=True)
+        account.add_argument("--environment", required=True)
+        account.add_argument(
+            "--namespace", required=True, help="the namespace it may act for (run again to add one)"
+        )
+        account.add_argument("--output", required=True, help="JSON file (0600) with the password")
     cred = sub.add_parser(
         "credential", help="create a credential of an existing namespace with chosen scopes"
     )
@@ -331,16 +339,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"orbit-admin: {exc}", file=sys.stderr)
         return 2
-    if args.command == "worker-account":
+    if args.command in ("worker-account", "producer-account"):
+        producer = args.command == "producer-account"
         try:
-            worker_account(dsn, args)
+            worker_account(dsn, args, PRODUCER_PROCEDURES if producer else WORKER_PROCEDURES)
         except errors.OrbitError as exc:
             print(f"orbit-admin: {exc.code}: {exc.message}", file=sys.stderr)
             return 1
         except pymysql.MySQLError as exc:
             print(f"orbit-admin: {exc}", file=sys.stderr)
             return 1
-        print(f"worker account {args.user}@{args.host} -> {args.output}")
+        kind = "producer" if producer else "worker"
+        print(f"{kind} account {args.user}@{args.host} -> {args.output}")
         return 0
     database = Database(dsn)
     try:

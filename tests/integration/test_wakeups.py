@@ -123,9 +123,9 @@ def _listen(directory: str, queue: str, ready, answer) -> None:
 
 
 def test_w7_a_wakeup_crosses_to_the_servers_other_processes(tmp_path):
-    """Two processes as gunicorn forks them: the one that commits has no poll waiting on the
+    """Two processes, as a server has: the one that commits has no poll waiting on the
     queue, so it sends the wakeup to the other, whose poll it wakes."""
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context("spawn")
     ready, answer = context.Event(), context.Queue()
     other = context.Process(target=_listen, args=(str(tmp_path), "q1", ready, answer))
     other.start()

@@ -1,0 +1,140 @@
+"""The direct producer: trusted services submit through the submission procedures over MySQL,
+as direct workers run the worker procedures (W9), without an HTTP round trip and a server
+process between them and the database.
+
+Its account (``orbit-admin producer-account``) may only EXECUTE ``worker_namespace``,
+``producer_queue``, ``task_submit`` and ``task_submit_many``, and each of them refuses it any
+namespace it is not bound to (L4). Each submission is checked here as ``POST /v1/tasks`` and
+``POST /v1/tasks/batch`` check theirs (the same shapes, key rules, size bound and
+fingerprint), and the procedures do the rest as they do for the routes (idempotency, quotas,
+the queue's namespace), so either path replays the other's submission. What the server adds
+and this does not: the per-credential submission rate (``ORBIT_SUBMIT_RATE``); a direct
+producer is bounded by its account's connections.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orbit_shell import errors, validation
+from orbit_shell.engine import batches, schema, serialize
+from orbit_shell.engine.db import Database
+from orbit_shell.sdk.models import (
+    ApiError,
+    NotFoundError,
+    SubmitReceipt,
+    SubmitResult,
+    SubmitTaskRequest,
+    Task,
+    local_error,
+)
+
+BATCH_MAX = 100  # items per submit_tasks, as POST /v1/tasks/batch takes
+
+
+class DirectProducer:
+    """Submit tasks over MySQL.
+
+    Args:
+        dsn: a MySQL URL, typically of the account made by ``orbit-admin producer-account``.
+        application, environment, namespace: the names it submits to.
+    """
+
+    def __init__(self, dsn: str, application: str, environment: str, namespace: str) -> None:
+        self.db = Database(dsn, pool_size=4, routines=schema.code_version())
+        [[row]] = self._call("worker_namespace", application, environment, namespace)
+        self.namespace_id = row["namespace_id"]
+        self.queues: dict[str, int] = {}  # public id -> internal id (queues never move)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _call(self, procedure: str, *args: Any):
+        try:
+            return self.db.call(procedure, *args)
+        except errors.OrbitError as exc:
+            raise local_error(exc) from exc
+
+    def _queue(self, public_id: str) -> int:
+        if public_id not in self.queues:
+            [[row]] = self._call("producer_queue", self.namespace_id, public_id)
+            self.queues[public_id] = row["queue_id"]
+        return self.queues[public_id]
+
+    @staticmethod
+    def _checked(document: dict[str, Any], shape: validation.Shape) -> dict[str, Any]:
+        """The route's checks: the body's shape, then its size as the client would send it."""
+        try:
+            body = shape.parse(document)
+            if len(json.dumps(document).encode()) > validation.MAX_BODY_BYTES:
+                raise errors.PayloadTooLarge()
+            return body
+        except errors.OrbitError as exc:
+            raise local_error(exc) from exc
+
+    def submit_task(self, idempotency_key: str, request: SubmitTaskRequest) -> SubmitResult:
+        """As ``Client.submit_task``: ``created`` False for a replay of the same content.
+
+        Raises:
+            InvalidArgumentError, PayloadTooLargeError: the request is refused as the route
+                refuses it. NotFoundError: no such queue in the namespace.
+            IdempotencyConflictError, QuotaExceededError: as from the route.
+        """
+        try:
+            idem = validation.idempotency_key(idempotency_key)
+        except errors.OrbitError as exc:
+            raise local_error(exc) from exc
+        body = self._checked(request.to_json(), validation.TASK_SUBMIT)
+        queue = self._queue(body["queue_id"])
+        try:
+            row = batches.submit_one(
+                self.db,
+                "task_submit",
+                self.namespace_id,
+                queue,
+                idem,
+                *batches.submit_fields(body),
+                "direct",  # the routine records the account's name instead
+                None,
+                None,
+                None,
+            )
+        except errors.OrbitError as exc:
+            raise local_error(exc) from exc
+        task = serialize.task_detail(json.loads(row["task"]))
+        return SubmitResult(Task.from_json(task), created=bool(row["created"]))
+
+    def submit_tasks(
+        self, items: list[tuple[str, SubmitTaskRequest]]
+    ) -> list[SubmitReceipt | ApiError]:
+        """As ``Client.submit_tasks``: up to 100, in one transaction, each item answered with
+        its receipt or its own error."""
+        document = {"tasks": [{"idempotency_key": k, **r.to_json()} for k, r in items]}
+        body = self._checked(document, validation.TASK_BATCH)
+        answers: list[Any] = [None] * len(body["tasks"])
+        chosen = []
+        for i, task in enumerate(body["tasks"]):
+            key = task.pop("idempotency_key")
+            try:
+                chosen.append((i, (self._queue(task["queue_id"]), key, task)))
+            except NotFoundError as exc:  # an unknown queue is that item's error, as on the route
+                answers[i] = exc
+        if chosen:
+            try:
+                made = batches.submit_many(
+                    self.db, self.namespace_id, "direct", [c for _, c in chosen]
+                )
+            except errors.OrbitError as exc:
+                raise local_error(exc) from exc
+            for (i, _), answer in zip(chosen, made, strict=True):
+                answers[i] = answer
+        return [_receipt(a) for a in answers]
+
+
+def _receipt(answer: Any) -> SubmitReceipt | ApiError:
+    if isinstance(answer, errors.OrbitError):
+        return local_error(answer)
+    if isinstance(answer, ApiError):
+        return answer
+    return SubmitReceipt(answer["task_id"], bool(answer["created"]))
