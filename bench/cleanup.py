@@ -144,12 +144,28 @@ class Cleaning(threading.Thread):
 
     def run(self) -> None:
         began = time.monotonic()
-        while not self.stopped.is_set():
-            done = cleanup.run_pass(self.bench.db, self.bench.ns, duty=self.duty)
-            self.rows += sum(done.values())
-            if not done["tasks"]:
-                break  # the backlog is gone
+
+        def counted(table: str, rows: int) -> None:
+            self.rows += rows
+
+        def paced(seconds: float) -> None:
+            if self.stopped.wait(seconds):  # the load is over: stop between two batches
+                raise _Stopped
+
+        try:
+            while not self.stopped.is_set():
+                done = cleanup.run_pass(
+                    self.bench.db, self.bench.ns, duty=self.duty, sleep=paced, deleted=counted
+                )
+                if not done["tasks"]:
+                    break  # the backlog is gone
+        except _Stopped:
+            pass
         self.seconds = time.monotonic() - began
+
+
+class _Stopped(Exception):
+    pass
 
 
 def loaded(bench: Bench, url: str, clean: bool, tasks: int, duty: float) -> dict:

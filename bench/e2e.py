@@ -23,6 +23,7 @@ from measures import (
 from devtools import localdb
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import SubmitTaskRequest
+from orbit_shell.sdk.producer import DirectProducer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,12 +124,14 @@ def e2e(
     direct: bool = False,
     rate: float = 0.0,
     claim_with_report: bool = True,
+    direct_producer: bool = False,
 ) -> dict:
     """Producers and SDK worker processes together; with ``drain`` the tasks are all submitted
     first and the clock starts when the workers do (the peer's way of measuring). Producers
     send ``batch`` tasks per request (POST /v1/tasks/batch; 1 = POST /v1/tasks each), at
     ``rate`` tasks/s in all when it is set (the submit-to-start latency of a queue that keeps
-    up, where an unpaced run measures the backlog the producers build)."""
+    up, where an unpaced run measures the backlog the producers build). With
+    ``direct_producer`` the producers submit over MySQL (``DirectProducer``) instead of HTTP."""
     client = Client(url, bench.token)
     queue = client.create_queue(f"e2e-{name}-{secrets.token_hex(3)}", lease_seconds=30).queue_id
     client.close()
@@ -168,8 +171,14 @@ def e2e(
     cpu_before = cpu_sample()
     locks_before = lock_counters(bench.db)
 
+    producer_dsn = bench.producer_dsn if direct_producer else None  # made once, not per thread
+
     def produce(i: int) -> None:
-        c = Client(url, bench.token)
+        c = (
+            DirectProducer(producer_dsn, bench.application, "bench", "ns")
+            if producer_dsn
+            else Client(url, bench.token)
+        )
         mine = [
             (
                 f"{name}-{queue}-{n}",
@@ -272,6 +281,7 @@ def e2e(
         "prefetch": prefetch,
         "claim_with_report": claim_with_report,
         "transport": "mysql" if direct else "http",
+        "producer": "mysql" if direct_producer else "http",
         "worker_startup_s": startup,
         "paced_submit_per_s": rate,
         "tasks": tasks,

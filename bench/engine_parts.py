@@ -52,6 +52,7 @@ class Bench:
         self.token, self.queue_public = token, row["queue_id"]
         self.application = app
         self._worker_dsn: str | None = None
+        self._producer_dsn: str | None = None
         self.ns, self.app = row["namespace_id"], row["application_id"]
         self.queue = self.db.query(
             "SELECT id FROM queues WHERE public_id = %s", (self.queue_public,)
@@ -66,20 +67,31 @@ class Bench:
         makes, reached over TCP like a worker on another host. Made on first use (the peer
         part), since it needs CREATE USER on the server."""
         if self._worker_dsn is None:
-            with tempfile.TemporaryDirectory() as tmp:
-                account = admin.worker_account(
-                    self.dsn,
-                    argparse.Namespace(
-                        user="bench_worker",
-                        host="127.0.0.1",
-                        output=str(Path(tmp) / "w.json"),
-                        application=self.application,
-                        environment="bench",
-                        namespace="ns",
-                    ),
-                )
-            self._worker_dsn = account["dsn"]
+            self._worker_dsn = self._account("bench_worker", admin.WORKER_PROCEDURES)
         return self._worker_dsn
+
+    @property
+    def producer_dsn(self) -> str:
+        """The direct producer's DSN (``orbit-admin producer-account``), as worker_dsn."""
+        if self._producer_dsn is None:
+            self._producer_dsn = self._account("bench_producer", admin.PRODUCER_PROCEDURES)
+        return self._producer_dsn
+
+    def _account(self, user: str, procedures: tuple[str, ...]) -> str:
+        with tempfile.TemporaryDirectory() as tmp:
+            account = admin.worker_account(
+                self.dsn,
+                argparse.Namespace(
+                    user=user,
+                    host="127.0.0.1",
+                    output=str(Path(tmp) / "account.json"),
+                    application=self.application,
+                    environment="bench",
+                    namespace="ns",
+                ),
+                procedures,
+            )
+        return account["dsn"]
 
     def hello(
         self,

@@ -26,6 +26,8 @@ Parts:
   cleanup    (asked for with --only cleanup) bytes on disk per finished task; a backlog of
              100k (1M) finished tasks deleted beside the e2e load, against the load alone;
              a 5-minute soak at a constant rate with a 60 s window (bench/cleanup.py)
+  celery     (asked for with --only celery) Orbit's e2e shapes beside Celery with a Redis
+             broker (durable and as it ships), alternated shape by shape (bench/celery_part.py)
   indexes    (asked for with --only indexes) each index of tasks: bytes per task, and the
              rows its query reads with it and without it (bench/indexes.py)
 """
@@ -54,6 +56,7 @@ import slowdisk  # noqa: E402
 import spec_floor  # noqa: E402
 import spec_floor_keys  # noqa: E402
 import targets  # noqa: E402
+from celery_part import run_celery  # noqa: E402
 from cleanup import run_cleanup  # noqa: E402
 from e2e import e2e, start_server  # noqa: E402
 from engine_parts import Bench  # noqa: E402
@@ -374,7 +377,7 @@ def run_served(
 ) -> None:
     """The parts that need an `orbit` server: peer and e2e (``scenarios`` of it, or all),
     then their figures."""
-    if parts & {"e2e", "peer", "cleanup"}:
+    if parts & {"e2e", "peer", "cleanup", "celery"}:
         # The bench decides when the cleanup runs (the cleanup part): the leader's is off.
         proc_server, url = start_server(dsn, workers=4, env={"ORBIT_CLEANUP_INTERVAL": "0"})
         try:
@@ -383,6 +386,9 @@ def run_served(
                 results["cleanup"] = run_cleanup(
                     bench, url, args.large, args.soak_seconds, args.cleanup_duty
                 )
+            if "celery" in parts:
+                began["celery"] = time.monotonic()
+                results["celery"] = run_celery(bench, url, args.capacity)
             if "peer" in parts:
                 began["peer"] = time.monotonic()
                 results["peer"] = peer(bench, url, 6000 if args.large else 2000)
@@ -512,7 +518,17 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     parser.add_argument("--large", action="store_true", help="100k and 1M parked, longer runs")
     parser.add_argument(
         "--only",
-        choices=["ceiling", "procedure", "phases", "blocked", "e2e", "peer", "cleanup", "indexes"],
+        choices=[
+            "ceiling",
+            "procedure",
+            "phases",
+            "blocked",
+            "e2e",
+            "peer",
+            "cleanup",
+            "indexes",
+            "celery",
+        ],
         nargs="*",
     )
     parser.add_argument(
@@ -525,7 +541,10 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
     )
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument(
-        "--soak-seconds", type=float, default=300.0, help="the cleanup part's soak (5 minutes)"
+        "--soak-seconds",
+        type=float,
+        default=300.0,
+        help="the cleanup part's soak (5 minutes; 0 leaves it out)",
     )
     parser.add_argument(
         "--cleanup-duty",

@@ -1,0 +1,151 @@
+"""The celery part: Orbit's e2e shapes beside Celery with a Redis broker (bench/peer_celery.py),
+alternated shape by shape in one invocation, on Redis durable and as it ships.
+
+Both sides run two worker processes (the e2e part's SDK workers; Celery's ``--pool threads`` at
+concurrency 10 and 100, and prefork with a child per core, each tried on one task per call
+and the best used for the other shapes) and eight producer threads. The shapes: one task per
+call (``POST /v1/tasks`` / ``.delay()``), the same paced at 450 tasks/s for submit-to-start,
+batches of 100 (``POST /v1/tasks/batch`` / a ``group`` of 100), 1,000 keys and 10 hot keys
+(Celery: a Redis lock per key, retried when held, with an overlap check).
+"""
+
+from __future__ import annotations
+
+import os
+
+import peer_celery
+from e2e import e2e
+from engine_parts import Bench
+
+PACED = 450.0
+# name: (tasks, keys, tasks per request or group, rate)
+SHAPES = {
+    "one_per_call": (5_000, 0, 1, 0.0),
+    "paced": (4_500, 0, 1, PACED),
+    "batches": (10_000, 0, 100, 0.0),
+    "keys1000": (10_000, 1_000, 100, 0.0),
+    "hot10": (2_500, 10, 100, 0.0),
+}
+POOLS = [("threads", 10), ("threads", 100), ("prefork", 0)]
+
+
+def _orbit(bench: Bench, url: str, shape: str, capacity: int, direct: bool = False) -> dict:
+    tasks, keys, batch, rate = SHAPES[shape]
+    run = e2e(
+        bench,
+        url,
+        f"celery-{shape}",
+        tasks,
+        keys,
+        producers=8,
+        workers=2,
+        capacity=capacity,
+        batch=batch,
+        rate=rate,
+        direct_producer=direct,
+    )
+    cores = os.cpu_count() or 1
+    run["cpu_ms_per_task"] = run["cpu_busy_pct"] / 100 * cores * 1000 / run["tasks_per_s"]
+    return run
+
+
+def _celery(broker: peer_celery.Redis, shape: str, pool: str, concurrency: int) -> dict:
+    tasks, keys, group, rate = SHAPES[shape]
+    return peer_celery.run(
+        broker, tasks, keys, group=group, rate=rate, pool=pool, concurrency=concurrency or 10
+    )
+
+
+def run_celery(bench: Bench, url: str, capacity: int) -> dict:
+    try:
+        import celery  # noqa: F401
+        import redis  # noqa: F401
+
+        peer_celery.redis_binary()
+    except (ImportError, peer_celery.PeerMissing) as exc:
+        print(f"celery: skipped ({exc}); pip install -e '.[bench]'", flush=True)
+        return {"skipped": str(exc)}
+    out: dict = {}
+    for durable in (True, False):
+        setting = "durable" if durable else "default"
+        broker = peer_celery.Redis(durable)
+        try:
+            mine: dict[str, dict] = {}
+            theirs: dict[str, dict] = {}
+            pools, rounds = {}, []
+            for pool, concurrency in POOLS:  # one task per call: Orbit, then each pool
+                rounds.append(_orbit(bench, url, "one_per_call", capacity))
+                pools[f"{pool}{concurrency or ''}"] = _celery(
+                    broker, "one_per_call", pool, concurrency
+                )
+            # Orbit's median round of the three it alternated with.
+            mine["one_per_call"] = sorted(rounds, key=lambda x: x["tasks_per_s"])[1]
+            # The same over the direct producer (MySQL, no HTTP), beside the HTTP rounds.
+            mine["one_per_call_direct"] = _orbit(bench, url, "one_per_call", capacity, True)
+            best_name, theirs["one_per_call"] = max(
+                pools.items(), key=lambda kv: kv[1]["tasks_per_s"]
+            )
+            best = next(p for p in POOLS if f"{p[0]}{p[1] or ''}" == best_name)
+            for shape in SHAPES:
+                if shape == "one_per_call":
+                    continue
+                mine[shape] = _orbit(bench, url, shape, capacity)
+                theirs[shape] = _celery(broker, shape, *best)
+        finally:
+            broker.stop()
+        out[setting] = {
+            "celery_pool": best_name,
+            "celery_pools_one_per_call": pools,
+            "orbit": mine,
+            "celery": theirs,
+            "ratio": {s: mine[s]["tasks_per_s"] / theirs[s]["tasks_per_s"] for s in SHAPES},
+            "direct_ratio": mine["one_per_call_direct"]["tasks_per_s"]
+            / theirs["one_per_call"]["tasks_per_s"],
+            "direct_cpu_per_task_ratio": mine["one_per_call_direct"]["cpu_ms_per_task"]
+            / theirs["one_per_call"]["cpu_ms_per_task"],
+            "cpu_per_task_ratio": mine["one_per_call"]["cpu_ms_per_task"]
+            / theirs["one_per_call"]["cpu_ms_per_task"],
+            "paced_p50_ratio": mine["paced"]["submit_to_start_p50_ms"]
+            / theirs["paced"]["submit_to_start_p50_ms"],
+        }
+        _print(setting, out[setting])
+    return out
+
+
+def _print(setting: str, r: dict) -> None:
+    o, c, ratio = r["orbit"], r["celery"], r["ratio"]
+    pools = ", ".join(
+        f"{n} {p['tasks_per_s']:,.0f}" for n, p in r["celery_pools_one_per_call"].items()
+    )
+    lines = [
+        f"celery ({setting} Redis): Celery one task per call by pool: {pools} tasks/s; "
+        f"the best, {r['celery_pool']}, runs the other shapes",
+        f"celery ({setting} Redis): one task per call: Orbit "
+        f"{o['one_per_call']['tasks_per_s']:,.0f} / Celery "
+        f"{c['one_per_call']['tasks_per_s']:,.0f} tasks/s = {ratio['one_per_call']:.2f}x "
+        "(target >= 1.0)",
+        f"celery ({setting} Redis): CPU of the machine per task: Orbit "
+        f"{o['one_per_call']['cpu_ms_per_task']:.2f} / Celery "
+        f"{c['one_per_call']['cpu_ms_per_task']:.2f} ms = {r['cpu_per_task_ratio']:.2f}x "
+        "(target <= 1.0)",
+        f"celery ({setting} Redis): the same with Orbit's direct producer (MySQL): "
+        f"{o['one_per_call_direct']['tasks_per_s']:,.0f} tasks/s = {r['direct_ratio']:.2f}x, "
+        f"CPU {o['one_per_call_direct']['cpu_ms_per_task']:.2f} ms = "
+        f"{r['direct_cpu_per_task_ratio']:.2f}x",
+        f"celery ({setting} Redis): submit-to-start p50 at {PACED:.0f} tasks/s: Orbit "
+        f"{o['paced']['submit_to_start_p50_ms']:.1f} / Celery "
+        f"{c['paced']['submit_to_start_p50_ms']:.1f} ms = {r['paced_p50_ratio']:.2f}x "
+        "(target <= 2)",
+    ]
+    for shape in ("batches", "keys1000", "hot10"):
+        extra = ""
+        if shape != "batches":
+            extra = (
+                f"; key handoff p50 Orbit {o[shape]['key_handoff_p50_ms']:.1f} / Celery "
+                f"{c[shape]['key_handoff_p50_ms']:.1f} ms; Celery overlaps {c[shape]['overlaps']}"
+            )
+        lines.append(
+            f"celery ({setting} Redis): {shape}: Orbit {o[shape]['tasks_per_s']:,.0f} / Celery "
+            f"{c[shape]['tasks_per_s']:,.0f} tasks/s = {ratio[shape]:.2f}x (target >= 2.5){extra}"
+        )
+    print("\n".join(lines), flush=True)
