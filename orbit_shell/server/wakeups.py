@@ -51,7 +51,8 @@ class Wakeups:
         self._waiting: dict[str, list[Waiter]] = {}
         self._lock = threading.Lock()
         self._pid: int | None = None  # the process whose socket is bound (forks rebind)
-        self._sock: socket.socket | None = None
+        self._sock: socket.socket | None = None  # bound: this process's receiving end
+        self._out: socket.socket | None = None  # unbound, non-blocking: what it sends with
         self._siblings: list[str] = []
         self._siblings_at = float("-inf")
 
@@ -111,7 +112,12 @@ class Wakeups:
                 self.directory = None  # wakeups stay within this process; probes do the rest
                 log.warning("wakeups between processes off: %s", exc, extra={"action": "wakeups"})
                 return
-            self._sock, self._pid = sock, os.getpid()
+            # Sending never waits: a sibling whose queue is full (or one gone) misses a hint,
+            # and a submission is never held up for it. Under gevent a blocking socket would
+            # wait for room, and two greenlets sending at once would collide on it.
+            out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            out.setblocking(False)
+            self._sock, self._out, self._pid = sock, out, os.getpid()
         threading.Thread(target=self._receive, name="orbit-wakeups", daemon=True).start()
 
     def _receive(self) -> None:
@@ -130,15 +136,17 @@ class Wakeups:
 
     def _send(self, left: dict[str, int]) -> None:
         self._bind()
-        sock = self._sock
-        if sock is None:
+        out = self._out
+        if out is None:
             return
         data = ",".join(f"{q}:{n}" for q, n in left.items()).encode("ascii")[:DATAGRAM]
         for path in self._sibling_paths():
             try:
-                sock.sendto(data, socket.MSG_DONTWAIT, path)
+                out.sendto(data, path)
+            except BlockingIOError:
+                pass  # its queue is full: it is busy, and its polls probe
             except OSError:
-                self._siblings_at = float("-inf")  # gone or full: look again next time
+                self._siblings_at = float("-inf")  # gone: look again next time
 
     def _sibling_paths(self) -> list[str]:
         if time.monotonic() - self._siblings_at > SIBLINGS_TTL:

@@ -8,6 +8,8 @@ probes once, at the end of its wait; one that is woken claims without probing at
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -149,3 +151,28 @@ def test_w7_a_process_wakes_its_own_polls_first_and_sends_only_the_rest(tmp_path
         mine.notify({"q1": 3, "q2": 1})
         assert second.event.is_set()
     assert sent == [{"q1": 2, "q2": 1}]  # the first notice woke a poll here and sent nothing
+
+
+FLOOD = """
+from gevent import monkey; monkey.patch_all()
+import socket, sys, gevent
+from orbit_shell.server.wakeups import Wakeups
+directory = sys.argv[1]
+deaf = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # a sibling that never reads
+deaf.bind(directory + "/1.sock")
+mine = Wakeups(directory)
+def notify():
+    for _ in range(500):
+        mine.notify({"q": 1})
+gevent.joinall([gevent.spawn(notify) for _ in range(8)], raise_error=True)
+print("sent")
+"""
+
+
+def test_w7_a_sibling_that_does_not_read_never_holds_up_or_fails_a_submission(tmp_path):
+    """Under gevent, as the server runs: 4,000 notices from eight greenlets at once to a
+    sibling whose queue fills. A send that would wait is dropped; none raises."""
+    done = subprocess.run(
+        [sys.executable, "-c", FLOOD, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "sent", done.stderr[-2000:]
