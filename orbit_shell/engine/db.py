@@ -143,13 +143,21 @@ def primary_dsn(dsn: str) -> str:
     return one[0] if len(one) == 1 else one[find_primary([parse_dsn(d) for d in one])]
 
 
+def _open_quick(server: dict[str, Any]) -> pymysql.connections.Connection | None:
+    """A connection to ``server`` whose connect, reads and writes each wait PROBE_TIMEOUT at
+    most; None when it cannot be opened in that time."""
+    t = PROBE_TIMEOUT
+    try:
+        return _open(server, connect_timeout=t, read_timeout=t, write_timeout=t)
+    except pymysql.MySQLError:
+        return None
+
+
 def _probe(server: dict[str, Any]) -> int | None:
     """A server's token epoch when it takes writes (-1 before migrations), else None: not
     writable, or no answer within PROBE_TIMEOUT."""
-    t = PROBE_TIMEOUT
-    try:
-        conn = _open(server, connect_timeout=t, read_timeout=t, write_timeout=t)
-    except pymysql.MySQLError:
+    conn = _open_quick(server)
+    if conn is None:
         return None
     try:
         with conn.cursor() as cur:
@@ -199,10 +207,8 @@ def replica_lag(server: dict[str, Any]) -> float | None:
     does not answer within PROBE_TIMEOUT, replicates from nothing, has stopped applying, or the
     account may not ask (it needs ``SLAVE MONITOR`` on MariaDB, ``REPLICATION CLIENT`` on
     MySQL). ``SHOW REPLICA STATUS`` both accept; the column is the dialects' one difference."""
-    t = PROBE_TIMEOUT
-    try:
-        conn = _open(server, connect_timeout=t, read_timeout=t, write_timeout=t)
-    except pymysql.MySQLError:
+    conn = _open_quick(server)
+    if conn is None:
         return None
     try:
         with conn.cursor() as cur:
