@@ -30,8 +30,6 @@ from orbit_shell.sdk.models import (
     local_error,
 )
 
-BATCH_MAX = 100  # items per submit_tasks, as POST /v1/tasks/batch takes
-
 
 class DirectProducer:
     """Submit tasks over MySQL.
