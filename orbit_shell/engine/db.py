@@ -218,9 +218,7 @@ def replica_lag(server: dict[str, Any]) -> float | None:
         return None
     finally:
         conn.close()
-    if row is None:
-        return None
-    behind = row.get("Seconds_Behind_Master", row.get("Seconds_Behind_Source"))
+    behind = row and row.get("Seconds_Behind_Master", row.get("Seconds_Behind_Source"))
     return None if behind is None else float(behind)
 
 
