@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +79,16 @@ def local_error(exc: errors.OrbitError) -> ApiError:
     """The typed error the API answers for ``exc``, for a check the SDK makes itself (the
     direct transport's calls, a key HTTP could not carry): the same class, code and details."""
     return api_error(exc.code, exc.status, exc.message, exc.details)
+
+
+@contextlib.contextmanager
+def local_errors() -> Iterator[None]:
+    """Raise an OrbitError of the block as ``local_error`` does: the direct transports' way of
+    answering what the routes would."""
+    try:
+        yield
+    except errors.OrbitError as exc:
+        raise local_error(exc) from exc
 
 
 class ProtocolError(Exception):

@@ -28,7 +28,9 @@ from orbit_shell.sdk.models import (
     SubmitTaskRequest,
     Task,
     local_error,
+    local_errors,
 )
+from orbit_shell.sdk.transport import route_checked
 
 
 class DirectProducer:
@@ -49,27 +51,14 @@ class DirectProducer:
         self.db.close()
 
     def _call(self, procedure: str, *args: Any):
-        try:
+        with local_errors():
             return self.db.call(procedure, *args)
-        except errors.OrbitError as exc:
-            raise local_error(exc) from exc
 
     def _queue(self, public_id: str) -> int:
         if public_id not in self.queues:
             [[row]] = self._call("producer_queue", self.namespace_id, public_id)
             self.queues[public_id] = row["queue_id"]
         return self.queues[public_id]
-
-    @staticmethod
-    def _checked(document: dict[str, Any], shape: validation.Shape) -> dict[str, Any]:
-        """The route's checks: the body's shape, then its size as the client would send it."""
-        try:
-            body = shape.parse(document)
-            if len(json.dumps(document).encode()) > validation.MAX_BODY_BYTES:
-                raise errors.PayloadTooLarge()
-            return body
-        except errors.OrbitError as exc:
-            raise local_error(exc) from exc
 
     def submit_task(self, idempotency_key: str, request: SubmitTaskRequest) -> SubmitResult:
         """As ``Client.submit_task``: ``created`` False for a replay of the same content.
@@ -79,13 +68,11 @@ class DirectProducer:
                 refuses it. NotFoundError: no such queue in the namespace.
             IdempotencyConflictError, QuotaExceededError: as from the route.
         """
-        try:
+        with local_errors():
             idem = validation.idempotency_key(idempotency_key)
-        except errors.OrbitError as exc:
-            raise local_error(exc) from exc
-        body = self._checked(request.to_json(), validation.TASK_SUBMIT)
+        body = route_checked(validation.TASK_SUBMIT, request.to_json(), sized=True)
         queue = self._queue(body["queue_id"])
-        try:
+        with local_errors():
             row = batches.submit_one(
                 self.db,
                 "task_submit",
@@ -98,8 +85,6 @@ class DirectProducer:
                 None,
                 None,
             )
-        except errors.OrbitError as exc:
-            raise local_error(exc) from exc
         task = serialize.task_detail(json.loads(row["task"]))
         return SubmitResult(Task.from_json(task), created=bool(row["created"]))
 
@@ -109,7 +94,7 @@ class DirectProducer:
         """As ``Client.submit_tasks``: up to 100, in one transaction, each item answered with
         its receipt or its own error."""
         document = {"tasks": [{"idempotency_key": k, **r.to_json()} for k, r in items]}
-        body = self._checked(document, validation.TASK_BATCH)
+        body = route_checked(validation.TASK_BATCH, document, sized=True)
         answers: list[Any] = [None] * len(body["tasks"])
         chosen = []
         for i, task in enumerate(body["tasks"]):
@@ -119,12 +104,10 @@ class DirectProducer:
             except NotFoundError as exc:  # an unknown queue is that item's error, as on the route
                 answers[i] = exc
         if chosen:
-            try:
+            with local_errors():
                 made = batches.submit_many(
                     self.db, self.namespace_id, "direct", [c for _, c in chosen]
                 )
-            except errors.OrbitError as exc:
-                raise local_error(exc) from exc
             for (i, _), answer in zip(chosen, made, strict=True):
                 answers[i] = answer
         return [_receipt(a) for a in answers]

@@ -16,7 +16,7 @@ from orbit_shell.engine import batches, longpoll, schema, serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.schema import SchemaMismatch
 from orbit_shell.sdk.client import Client
-from orbit_shell.sdk.models import batch_results, local_error
+from orbit_shell.sdk.models import batch_results, local_error, local_errors
 
 # The worker procedures' signatures and answers this SDK calls (worker_namespace answers the
 # database's number). Raised with any change a direct worker of the previous number would break
@@ -157,6 +157,20 @@ class HttpTransport:
         return batch_results(data), data["assignments"]
 
 
+def route_checked(
+    shape: validation.Shape, body: dict[str, Any], sized: bool = False
+) -> dict[str, Any]:
+    """The body checks of the matching HTTP route (W9: same checks, same errors); with
+    ``sized``, its size too, for the routes that carry results or tasks: a body over the 1 MiB
+    an HTTP body may be is refused (413) before it reaches the database."""
+    with local_errors():
+        out = shape.parse(body)  # first: what it accepts is JSON that dumps
+        # Measured as the HTTP transport would send it (the client's encoding).
+        if sized and len(json.dumps(body).encode()) > validation.MAX_BODY_BYTES:
+            raise errors.PayloadTooLarge()
+        return out
+
+
 class MysqlTransport:
     """Trusted workers inside the database's network: the same procedures, called directly.
 
@@ -186,26 +200,10 @@ class MysqlTransport:
         self.application_id = row["application_id"]
 
     def _call(self, procedure: str, *args: Any):
-        try:
+        with local_errors():
             return self.db.call(procedure, *args)
-        except errors.OrbitError as exc:
-            raise local_error(exc) from exc
 
-    @staticmethod
-    def _check(
-        shape: validation.Shape, body: dict[str, Any], sized: bool = False
-    ) -> dict[str, Any]:
-        """The body checks of the matching HTTP route (W9: same checks, same errors); with
-        ``sized``, its size too, for the routes that carry results: a report over the 1 MiB
-        an HTTP body may be is refused (413) before it reaches the database."""
-        try:
-            out = shape.parse(body)  # first: what it accepts is JSON that dumps
-            # Measured as the HTTP transport would send it (the client's encoding).
-            if sized and len(json.dumps(body).encode()) > validation.MAX_BODY_BYTES:
-                raise errors.PayloadTooLarge()
-            return out
-        except errors.OrbitError as exc:
-            raise local_error(exc) from exc
+    _check = staticmethod(route_checked)
 
     def hello(
         self, worker_id, queue_ids, capacity, concurrency_keys, in_flight_after=None
@@ -334,10 +332,8 @@ class MysqlTransport:
         return self._batch(call, session_id, body["results"]), granted
 
     def _batch(self, fn, session_id, items):
-        try:
+        with local_errors():
             answers = fn(self.db, self.namespace_id, session_id, items)
-        except errors.OrbitError as exc:
-            raise local_error(exc) from exc
         return [local_error(a) if isinstance(a, errors.OrbitError) else a for a in answers]
 
 
