@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import secrets
 from typing import Any
+from urllib.parse import urlparse
 
+from orbit_shell.cli.admin import WORKER_PROCEDURES, worker_account
 from orbit_shell.engine import db
 from orbit_shell.server import auth
 
@@ -163,3 +166,23 @@ def delete_tasks(database, span: tuple[int, int]) -> None:
             cur.execute("DELETE FROM tasks WHERE id BETWEEN %s AND %s AND handler = 'bulk'", span)
     finally:
         conn.close()
+
+
+def account_dsn(orbit_dsn, server, name: str, out, tenant, procedures=None) -> str:
+    """A direct account made with orbit-admin (the worker procedures, or ``procedures``),
+    bound to ``tenant``'s namespace; its DSN, reaching the test server over TCP."""
+    doc = worker_account(
+        orbit_dsn,
+        argparse.Namespace(
+            user=name,
+            host="localhost",
+            output=str(out),
+            application=tenant.application,
+            environment="test",
+            namespace=tenant.namespace,
+        ),
+        procedures or WORKER_PROCEDURES,
+    )
+    url = urlparse(doc["dsn"])
+    suffix = f"?unix_socket={server.socket}" if server.socket else ""
+    return f"mysql://{url.username}:{url.password}@{server.host}:{server.port}{url.path}{suffix}"

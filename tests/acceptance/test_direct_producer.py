@@ -5,14 +5,13 @@ submits to its own namespace and does nothing else (L4)."""
 
 from __future__ import annotations
 
-import argparse
 import secrets
 from urllib.parse import urlparse
 
 import pymysql
 import pytest
 
-from orbit_shell.cli.admin import PRODUCER_PROCEDURES, worker_account
+from orbit_shell.cli.admin import PRODUCER_PROCEDURES
 from orbit_shell.engine import db
 from orbit_shell.engine.schema import routine_name
 from orbit_shell.sdk.client import Client
@@ -20,29 +19,14 @@ from orbit_shell.sdk.models import ApiError, NotFoundError, SubmitReceipt, Submi
 from orbit_shell.sdk.producer import DirectProducer
 from tests.conftest import make_tenant
 from tests.engine import submit_args
-
-
-def _producer_dsn(orbit_dsn, server, tenant, out) -> str:
-    doc = worker_account(
-        orbit_dsn,
-        argparse.Namespace(
-            user="orbit_producer_" + secrets.token_hex(3),
-            host="localhost",
-            output=str(out),
-            application=tenant.application,
-            environment="test",
-            namespace=tenant.namespace,
-        ),
-        PRODUCER_PROCEDURES,
-    )
-    url = urlparse(doc["dsn"])
-    suffix = f"?unix_socket={server.socket}" if server.socket else ""
-    return f"mysql://{url.username}:{url.password}@{server.host}:{server.port}{url.path}{suffix}"
+from tests.helpers import account_dsn
 
 
 @pytest.fixture
 def producer_dsn(orbit_dsn, server, tenant, tmp_path):
-    return _producer_dsn(orbit_dsn, server, tenant, tmp_path / "producer.json")
+    name = "orbit_producer_" + secrets.token_hex(3)
+    out = tmp_path / "producer.json"
+    return account_dsn(orbit_dsn, server, name, out, tenant, PRODUCER_PROCEDURES)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ transport with the least-privilege account from `orbit-admin worker-account`."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import secrets
 import threading
@@ -14,7 +13,6 @@ from urllib.parse import urlparse
 import pymysql
 import pytest
 
-from orbit_shell.cli.admin import worker_account
 from orbit_shell.engine import db, schema
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.schema import SchemaMismatch, routine_name
@@ -32,6 +30,7 @@ from orbit_shell.sdk.transport import WORKER_PROTOCOL, HttpTransport, MysqlTrans
 from orbit_shell.sdk.worker import Retry, UnknownOutcome, Worker
 from tests.acceptance.proxy import FailingProxy
 from tests.conftest import make_tenant
+from tests.helpers import account_dsn
 
 
 @pytest.fixture
@@ -39,26 +38,7 @@ def worker_dsn(orbit_dsn, server, tenant, tmp_path):
     """A direct-worker account made by orbit-admin for the test's tenant; its DSN reaches the
     server over TCP."""
     name = "orbit_worker_" + secrets.token_hex(3)
-    return _account_dsn(orbit_dsn, server, name, tmp_path / "worker.json", tenant)
-
-
-def _account_dsn(orbit_dsn, server, name: str, out, tenant) -> str:
-    """Make the account with orbit-admin, bound to ``tenant``'s namespace; its DSN, reaching
-    the test server over TCP."""
-    doc = worker_account(
-        orbit_dsn,
-        argparse.Namespace(
-            user=name,
-            host="localhost",
-            output=str(out),
-            application=tenant.application,
-            environment="test",
-            namespace=tenant.namespace,
-        ),
-    )
-    url = urlparse(doc["dsn"])
-    suffix = f"?unix_socket={server.socket}" if server.socket else ""
-    return f"mysql://{url.username}:{url.password}@{server.host}:{server.port}{url.path}{suffix}"
+    return account_dsn(orbit_dsn, server, name, tmp_path / "worker.json", tenant)
 
 
 @pytest.fixture(params=["http", "mysql"])
