@@ -40,8 +40,8 @@ PAUSE = 0.01
 # The share of its time a pass spends deleting: after each batch it sleeps nineteen times as
 # long as the batch took. Beside a load that keeps both cores busy (bench/run --only cleanup)
 # whatever the pass spends is the load's: at a tenth the load kept 0.87x of its tasks/s, at a
-# twentieth 0.93x, still deleting some 6,000 rows (850 finished tasks) a second; a backlog
-# left by a peak goes once the load eases, and orbit_cleanup_lag_seconds shows it meanwhile.
+# twentieth 0.93-0.99x, deleting some 2,700 rows (380 finished tasks) a second meanwhile; a
+# backlog left by a peak goes once the load eases, and orbit_cleanup_lag_seconds shows it.
 DUTY = 0.05
 # Undo records purge has not removed yet, above which a pass waits BACKOFF seconds between
 # batches.
