@@ -13,16 +13,16 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from measures import cpu_sample, pct
+from measures import cpu_sample, pct, run_threads
+
+from devtools import localdb
 
 HERE = Path(__file__).resolve().parent
 
@@ -54,18 +54,12 @@ def redis_binary() -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Redis:
     """A private redis-server on a loopback port with its own directory."""
 
     def __init__(self, durable: bool) -> None:
         self.durable = durable
-        self.port = _free_port()
+        self.port = localdb.free_port()
         self.dir = tempfile.mkdtemp(prefix="orbit-bench-redis-")
         options = ["--appendonly", "yes", "--appendfsync", "always"] if durable else []
         self.proc = subprocess.Popen(
@@ -175,11 +169,7 @@ def run(
                 else:
                     celery_group(sigs, app=sender).apply_async()
 
-        threads = [threading.Thread(target=produce, args=(i,)) for i in range(producers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(produce, producers)
         while _counts(out) < tasks and time.monotonic() - started < 600:
             time.sleep(0.01)
         finished = time.monotonic()
