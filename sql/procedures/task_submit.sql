@@ -13,8 +13,8 @@
 --   QUOTA_EXCEEDED (application or queue unfinished quota).
 -- Locks: a gate of the namespace (namespace_gate), then those of task_submit_one.
 -- A direct producer's account (orbit-admin producer-account) may call it for the namespaces it
--- is bound to only (worker_account_check, L4), and its tasks' actor is its account's name
--- whatever it passes.
+-- is bound to only, and its tasks' actor is its account's name whatever it passes
+-- (submitter_check, L4).
 -- A concurrent submission of the same Idempotency-Key makes this one's insert of the record a
 -- duplicate (1062) once the other commits: it is rolled back and answered as a deadlock
 -- (1213), which the shell retries whole, and the retry finds the record and answers as a
@@ -41,10 +41,7 @@ BEGIN
       MESSAGE_TEXT = 'a concurrent submission with this Idempotency-Key committed first; retry';
   END;
 
-  CALL worker_account_check(p_namespace_id);
-  IF SUBSTRING_INDEX(USER(), '@', 1) <> SUBSTRING_INDEX(CURRENT_USER(), '@', 1) THEN
-    SET p_actor = CONCAT('account:', SUBSTRING_INDEX(USER(), '@', 1));
-  END IF;
+  CALL submitter_check(p_namespace_id, p_actor);
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   CALL namespace_gate(p_namespace_id, 2, v_app, v_limits);

@@ -33,7 +33,7 @@
 -- a duplicate once the other commits: the batch is rolled back and answered as a deadlock
 -- (1213), and the shell's retry finds the record (task_submit's rule).
 -- A direct producer's account may call it for the namespaces it is bound to only, and its
--- tasks' actor is its account's name (task_submit's rule).
+-- tasks' actor is its account's name (submitter_check).
 CREATE PROCEDURE task_submit_many(IN p_namespace_id BIGINT UNSIGNED, IN p_actor VARCHAR(200),
                                   IN p_items MEDIUMTEXT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -82,10 +82,7 @@ BEGIN
   DELETE FROM submit_fast_mem;
   DELETE FROM submit_first_mem;
 
-  CALL worker_account_check(p_namespace_id);
-  IF SUBSTRING_INDEX(USER(), '@', 1) <> SUBSTRING_INDEX(CURRENT_USER(), '@', 1) THEN
-    SET p_actor = CONCAT('account:', SUBSTRING_INDEX(USER(), '@', 1));
-  END IF;
+  CALL submitter_check(p_namespace_id, p_actor);
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   SET v_n = JSON_LENGTH(p_items);
