@@ -11,6 +11,7 @@ import multiprocessing
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from falcon import testing
@@ -33,7 +34,7 @@ def _waiting_claim(session: Session, wait_ms: int) -> tuple[threading.Thread, li
 def _until_waiting(app_wakeups: wakeups.Wakeups, queue: str) -> None:
     """Until a poll listens on ``queue`` (the claim made its first fetch and found nothing)."""
     while not app_wakeups._waiting.get(queue):
-        threading.Event().wait(0.01)
+        time.sleep(0.01)
 
 
 @pytest.fixture
