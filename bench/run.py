@@ -30,6 +30,8 @@ Parts:
              broker (durable and as it ships), alternated shape by shape (bench/celery_part.py)
   indexes    (asked for with --only indexes) each index of tasks: bytes per task, and the
              rows its query reads with it and without it (bench/indexes.py)
+  layers     (asked for with --only layers) where a single submission's time and CPU go, and
+             a worker round's: per layer, sampled with py-spy (bench/layers.py)
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from cleanup import run_cleanup  # noqa: E402
 from e2e import e2e, start_server  # noqa: E402
 from engine_parts import Bench  # noqa: E402
 from indexes import run_indexes  # noqa: E402
+from layers import run_layers  # noqa: E402
 from measures import (  # noqa: E402
     deadlock_reports,
     locks_text,
@@ -377,7 +380,7 @@ def run_served(
 ) -> None:
     """The parts that need an `orbit` server: peer and e2e (``scenarios`` of it, or all),
     then their figures."""
-    if parts & {"e2e", "peer", "cleanup", "celery"}:
+    if parts & {"e2e", "peer", "cleanup", "celery", "layers"}:
         # The bench decides when the cleanup runs (the cleanup part): the leader's is off.
         proc_server, url = start_server(dsn, workers=4, env={"ORBIT_CLEANUP_INTERVAL": "0"})
         try:
@@ -386,6 +389,9 @@ def run_served(
                 results["cleanup"] = run_cleanup(
                     bench, url, args.large, args.soak_seconds, args.cleanup_duty
                 )
+            if "layers" in parts:
+                began["layers"] = time.monotonic()
+                results["layers"] = run_layers(bench, url, proc_server.pid)
             if "celery" in parts:
                 began["celery"] = time.monotonic()
                 results["celery"] = run_celery(bench, url, args.capacity)
@@ -528,6 +534,7 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
             "cleanup",
             "indexes",
             "celery",
+            "layers",
         ],
         nargs="*",
     )

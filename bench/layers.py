@@ -1,0 +1,349 @@
+"""The layers part: where a single submission's time and CPU go, and a worker round's.
+
+On the bench's `orbit` server, in one run:
+
+* **latency, one request at a time** (no load): p50 of ``GET /healthz`` (client, HTTP,
+  gunicorn, gevent and Falcon with no work behind them), of ``task_submit`` CALLed directly
+  (the driver and mariadbd) and of ``POST /v1/tasks``; what is left of the last after the other
+  two is the shell's own work (body, validation, fingerprint, envelope);
+* **CPU per task, 8 producers** (as the submit floor): of the producers (this process), the
+  gunicorn processes and mariadbd, and what ``task_submit`` reads and writes in mariadbd
+  (handler counters of one call);
+* **a worker round**: one SDK worker process drains the submitted tasks; CPU per task of the
+  worker, gunicorn and mariadbd;
+* **where the Python CPU goes**: the same two loads again under ``py-spy`` (sampling from
+  outside, 250 Hz, idle samples left out); each sample is charged to the innermost frame of a
+  known layer, so the shares add up to 100 per process.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from engine_parts import Bench
+from measures import db_cpu_seconds, handler_reads, mariadbd_pids, pct, run_threads
+
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.models import SubmitTaskRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = 4_000
+PRODUCERS = 8
+SEQUENTIAL = 500
+
+# Layers a sample is charged to: the innermost frame whose file path holds one of these, in
+# this order of precedence when several match the same frame.
+LAYERS = (
+    ("pymysql/", "driver (pymysql)"),
+    ("urllib3/", "HTTP client (urllib3)"),
+    ("http/client", "HTTP client (urllib3)"),
+    ("/json/", "JSON"),
+    ("orbit_shell/validation", "validation"),
+    ("orbit_shell/sdk/", "SDK"),
+    ("orbit_shell/", "Orbit shell"),
+    ("falcon/", "Falcon"),
+    ("gunicorn/", "gunicorn"),
+    ("gevent/", "gevent (hub, sockets)"),
+    ("socket.py", "sockets"),
+    ("selectors.py", "sockets"),
+    ("ssl.py", "sockets"),
+)
+
+
+def children(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(parents.get(p, []))
+    return out
+
+
+def layer(frame: str) -> str | None:
+    for needle, name in LAYERS:
+        if needle in frame:
+            return name
+    return None
+
+
+def shares(raw: Path, rate: int) -> dict:
+    """A py-spy raw (collapsed) profile: the CPU seconds it sampled holding the GIL, and the
+    percent of them per layer."""
+    counts: Counter[str] = Counter()
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = stack.split(";")
+        charged = next((c for c in map(layer, reversed(frames)) if c), "other (stdlib, C)")
+        counts[charged] += int(n)
+    total = sum(counts.values()) or 1
+    return {
+        "gil_seconds": sum(counts.values()) / rate,
+        "percent": {k: round(100 * v / total, 1) for k, v in counts.most_common()},
+    }
+
+
+class Sampler:
+    """py-spy recording ``pid`` and its subprocesses until stopped; ``proc`` is None when
+    py-spy is not installed (the part then reports the other figures).
+
+    Only samples of a thread holding the GIL count (``--gil``): py-spy's own idle test
+    counts a gevent hub waiting in epoll as busy, and the GIL is let go there. What a process
+    spends without the GIL (system calls: a loopback send does the receiver's TCP work too) is
+    its measured CPU less these samples."""
+
+    RATE = 250
+
+    def __init__(self, pid: int, name: str) -> None:
+        self.out = ROOT / ".scratch" / f"layers-{name}.txt"
+        self.proc = None
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        if Path(spy).exists():
+            self.out.unlink(missing_ok=True)
+            command = [spy, "record", "--pid", str(pid), "--subprocesses", "--gil"]
+            command += ["--rate", str(self.RATE), "--format", "raw", "--output", str(self.out)]
+            self.proc = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            time.sleep(1.0)  # attached before the load starts
+
+    def stop(self) -> dict | None:
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        self.proc.wait(60)
+        return shares(self.out, self.RATE) if self.out.exists() else None
+
+
+def _request(queue: str, n: int) -> SubmitTaskRequest:
+    return SubmitTaskRequest(
+        queue_id=queue, handler="noop", handler_version="v1", payload_version="v1", payload={"n": n}
+    )
+
+
+def latency(bench: Bench, url: str, queue: str) -> dict[str, float]:
+    """p50 milliseconds of one request at a time: health, the procedure alone, a submission."""
+    c = Client(url, bench.token)
+    health, submit, call = [], [], []
+    tag = secrets.token_hex(3)
+    for n in range(SEQUENTIAL):
+        t0 = time.perf_counter()
+        c.request("GET", "/healthz")
+        health.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        c.submit_task(f"lat-{tag}-{n}", _request(queue, n))
+        submit.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        bench.submit(bench.db, f"direct-{tag}-{n}")
+        call.append(time.perf_counter() - t0)
+    c.close()
+    out = {
+        "healthz_p50_ms": pct(health, 50) * 1000,
+        "procedure_p50_ms": pct(call, 50) * 1000,
+        "submission_p50_ms": pct(submit, 50) * 1000,
+    }
+    out["shell_p50_ms"] = out["submission_p50_ms"] - out["healthz_p50_ms"] - out["procedure_p50_ms"]
+    return out
+
+
+def procedure_counters(bench: Bench) -> dict[str, int]:
+    """Handler reads and writes of one ``task_submit`` call (after a warm-up call)."""
+    tag = secrets.token_hex(3)
+    with bench.db.connection() as conn:
+
+        def writes() -> int:
+            with conn.cursor() as cur:
+                cur.execute(
+                    "SHOW SESSION STATUS WHERE Variable_name IN "
+                    "('Handler_write', 'Handler_update', 'Handler_delete')"
+                )
+                return sum(int(r["Value"]) for r in cur.fetchall())
+
+        def call(key: str) -> None:
+            with conn.cursor() as cur:
+                cur.execute(
+                    f"CALL {bench.db.routine('task_submit')}"
+                    "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    (
+                        bench.ns,
+                        bench.queue,
+                        key,
+                        "0" * 64,
+                        "noop",
+                        "v1",
+                        "v1",
+                        "{}",
+                        "",
+                        "",
+                        5,
+                        None,
+                        None,
+                        "bench",
+                        None,
+                        None,
+                        None,
+                    ),
+                )
+                while cur.nextset():
+                    pass
+
+        call(f"warm-{tag}")
+        r0, w0 = handler_reads(conn), writes()
+        call(f"count-{tag}")
+        # The counters' own SHOW statements read a few rows; measured apart and taken off.
+        r1, w1 = handler_reads(conn), writes()
+        r2 = handler_reads(conn)
+    return {"rows_read": (r1 - r0) - (r2 - r1), "rows_written": w1 - w0}
+
+
+def submissions(bench: Bench, url: str, queue: str, server: int, sampled: bool) -> dict:
+    """``TASKS`` single submissions from ``PRODUCERS`` threads: tasks/s and CPU ms per task of
+    each side (and, ``sampled``, the server's layers)."""
+    tag = secrets.token_hex(3)
+
+    def produce(i: int) -> None:
+        c = Client(url, bench.token)
+        for n in range(i, TASKS, PRODUCERS):
+            c.submit_task(f"cpu-{tag}-{n}", _request(queue, n))
+        c.close()
+
+    spy = Sampler(server, "submit") if sampled else None
+    gunicorn, db = children(server), mariadbd_pids()
+    g0, d0, p0, t0 = cpu(gunicorn), cpu(db), time.process_time(), time.monotonic()
+    run_threads(produce, PRODUCERS)
+    seconds = time.monotonic() - t0
+    per = 1000 / TASKS
+    out = {
+        "tasks_per_s": TASKS / seconds,
+        "producers_cpu_ms": (time.process_time() - p0) * per,
+        "gunicorn_cpu_ms": (cpu(gunicorn) - g0) * per,
+        "mariadbd_cpu_ms": (cpu(db) - d0) * per,
+    }
+    if spy:
+        out["server_layers"] = spy.stop()
+    return out
+
+
+def drain(bench: Bench, url: str, queue: str, server: int, sampled: bool) -> dict:
+    """One SDK worker process (capacity 100, no prefetch) drains the queue's ``TASKS`` tasks:
+    tasks/s and CPU ms per task of the worker (from its ready line to its exit, as it prints),
+    gunicorn and mariadbd (and, ``sampled``, the worker's and the server's layers)."""
+    env = dict(
+        os.environ,
+        ORBIT_URL=url,
+        ORBIT_TOKEN=bench.token,
+        QUEUE_IDS=queue,
+        CAPACITY="100",
+        PREFETCH="0",
+        CLAIM_WITH_REPORT="1",
+    )
+    spies = (Sampler(server, "worker-server"),) if sampled else ()
+    gunicorn, db = children(server), mariadbd_pids()
+    g0, d0 = cpu(gunicorn), cpu(db)
+    worker = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "noop_worker.py")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    worker.stdout.readline()  # ready=: imported and connected
+    t0 = time.monotonic()
+    if sampled:
+        spies += (Sampler(worker.pid, "worker"),)
+    left = "SELECT COUNT(*) AS n FROM tasks t JOIN queues q ON q.id = t.queue_id "
+    left += "WHERE q.public_id = %s AND t.state <> 'SUCCEEDED'"
+    while bench.db.query(left, (queue,))[0]["n"]:
+        time.sleep(0.05)
+    seconds = time.monotonic() - t0
+    g1, d1 = cpu(gunicorn), cpu(db)
+    out: dict = {}
+    if spies:
+        out["server_layers"], out["worker_layers"] = (s.stop() for s in spies)
+    worker.send_signal(signal.SIGTERM)
+    printed = dict(line.split("=", 1) for line in worker.communicate(timeout=60)[0].split())
+    per = 1000 / TASKS
+    out.update(
+        tasks_per_s=TASKS / seconds,
+        worker_cpu_ms=float(printed["cpu_s"]) * per,
+        gunicorn_cpu_ms=(g1 - g0) * per,
+        mariadbd_cpu_ms=(d1 - d0) * per,
+    )
+    return out
+
+
+def run_layers(bench: Bench, url: str, server: int) -> dict:
+    c = Client(url, bench.token)
+    queues = [c.create_queue(f"layers-{secrets.token_hex(3)}").queue_id for _ in range(3)]
+    c.close()
+    results = {
+        "latency": latency(bench, url, queues[0]),
+        "procedure": procedure_counters(bench),
+        "submissions": submissions(bench, url, queues[1], server, sampled=False),
+    }
+    results["round"] = drain(bench, url, queues[1], server, sampled=False)
+    results["submissions_sampled"] = submissions(bench, url, queues[2], server, sampled=True)
+    results["round_sampled"] = drain(bench, url, queues[2], server, sampled=True)
+    report(results)
+    return results
+
+
+def report(r: dict) -> None:
+    lat, sub, rnd = r["latency"], r["submissions"], r["round"]
+    print(
+        f"layers: one request at a time, p50: GET /healthz {lat['healthz_p50_ms']:.2f} ms, "
+        f"task_submit CALLed {lat['procedure_p50_ms']:.2f} ms, POST /v1/tasks "
+        f"{lat['submission_p50_ms']:.2f} ms (the shell's own {lat['shell_p50_ms']:.2f} ms)",
+        flush=True,
+    )
+    print(
+        f"layers: {PRODUCERS} producers, {sub['tasks_per_s']:.0f} tasks/s; CPU ms a task: "
+        f"producers {sub['producers_cpu_ms']:.2f}, gunicorn {sub['gunicorn_cpu_ms']:.2f}, "
+        f"mariadbd {sub['mariadbd_cpu_ms']:.2f}; one task_submit reads "
+        f"{r['procedure']['rows_read']} rows and writes {r['procedure']['rows_written']}",
+        flush=True,
+    )
+    print(
+        f"layers: a worker round (1 SDK worker, capacity 100), {rnd['tasks_per_s']:.0f} "
+        f"tasks/s; CPU ms a task: worker {rnd['worker_cpu_ms']:.2f}, gunicorn "
+        f"{rnd['gunicorn_cpu_ms']:.2f}, mariadbd {rnd['mariadbd_cpu_ms']:.2f}",
+        flush=True,
+    )
+    for label, run, layers, measured in (
+        ("gunicorn, submissions", sub, "server_layers", "gunicorn_cpu_ms"),
+        ("gunicorn, worker round", rnd, "server_layers", "gunicorn_cpu_ms"),
+        ("SDK worker, worker round", rnd, "worker_layers", "worker_cpu_ms"),
+    ):
+        sampled = r["submissions_sampled" if run is sub else "round_sampled"].get(layers)
+        if not sampled:
+            print("layers: py-spy not installed; the layer shares were left out", flush=True)
+            break
+        gil = sampled["gil_seconds"] * 1000 / TASKS
+        print(
+            f"layers: {label}: {gil:.2f} of {run[measured]:.2f} CPU ms a task hold the GIL; "
+            "of those, % per layer: "
+            + ", ".join(f"{k} {v:g}" for k, v in sampled["percent"].items()),
+            flush=True,
+        )
+
+
+def cpu(pids: list[int]) -> float:
+    return db_cpu_seconds(pids)
