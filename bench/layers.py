@@ -9,6 +9,9 @@ On the bench's `orbit` server, in one run:
 * **CPU per task, 8 producers** (as the submit floor): of the producers (this process), the
   gunicorn processes and mariadbd, and what ``task_submit`` reads and writes in mariadbd
   (handler counters of one call);
+* **the same against the HTTP floor** (``bench/http_floor.py``: gunicorn, gevent and Falcon
+  in front of the least durable submission, two rows in one transaction): what the shape
+  costs before Orbit does anything;
 * **a worker round**: one SDK worker process drains the submitted tasks; CPU per task of the
   worker, gunicorn and mariadbd;
 * **where the Python CPU goes**: the same two loads again under ``py-spy`` (sampling from
@@ -28,6 +31,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import floor
+import http_floor
 from engine_parts import Bench
 from measures import db_cpu_seconds, handler_reads, mariadbd_pids, pct, run_threads
 
@@ -299,6 +304,14 @@ def run_layers(bench: Bench, url: str, server: int) -> dict:
         "procedure": procedure_counters(bench),
         "submissions": submissions(bench, url, queues[1], server, sampled=False),
     }
+    scratch = floor.install(bench.dsn)
+    proc, floor_url = http_floor.start(bench.dsn, scratch, workers=4)
+    try:
+        results["floor"] = submissions(bench, floor_url, queues[1], proc.pid, sampled=False)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        bench.db.query(f"DROP DATABASE `{scratch}`")
     results["round"] = drain(bench, url, queues[1], server, sampled=False)
     results["submissions_sampled"] = submissions(bench, url, queues[2], server, sampled=True)
     results["round_sampled"] = drain(bench, url, queues[2], server, sampled=True)
@@ -319,6 +332,13 @@ def report(r: dict) -> None:
         f"producers {sub['producers_cpu_ms']:.2f}, gunicorn {sub['gunicorn_cpu_ms']:.2f}, "
         f"mariadbd {sub['mariadbd_cpu_ms']:.2f}; one task_submit reads "
         f"{r['procedure']['rows_read']} rows and writes {r['procedure']['rows_written']}",
+        flush=True,
+    )
+    low = r["floor"]
+    print(
+        f"layers: the same against the HTTP floor, {low['tasks_per_s']:.0f} tasks/s; CPU ms a "
+        f"task: producers {low['producers_cpu_ms']:.2f}, gunicorn {low['gunicorn_cpu_ms']:.2f}, "
+        f"mariadbd {low['mariadbd_cpu_ms']:.2f}",
         flush=True,
     )
     print(
