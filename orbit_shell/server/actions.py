@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from orbit_shell.server import schedules
+from orbit_shell.server.schedule_reads import schedule_row
 from orbit_shell.server.scoped import Scope
 
 
@@ -37,8 +38,6 @@ def resolve_task(s: Scope, task_id: str, state: str, note: str | None) -> dict[s
 def set_schedule_state(s: Scope, schedule_id: str, state: str) -> dict[str, Any]:
     """Pause or resume a schedule; a resume continues from now (the paused period is not
     replayed). Returns its row with its current version."""
-    from orbit_shell.server.resources.schedules import schedule_row
-
     s.principal.require("queues:manage")
     current = schedule_row(s, schedule_id)
     s.db.call(

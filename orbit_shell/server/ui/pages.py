@@ -23,7 +23,7 @@ from orbit_shell.server import actions, auth, keypages
 from orbit_shell.server.common import read_body
 from orbit_shell.server.resources import keys as key_routes
 from orbit_shell.server.resources import tasks as task_routes
-from orbit_shell.server.resources.schedules import schedule_list, schedule_view
+from orbit_shell.server.schedule_reads import schedule_list, schedule_view
 from orbit_shell.server.scoped import Scope
 from orbit_shell.server.ui import reads, render, session
 from orbit_shell.server.ui.session import Sessions
