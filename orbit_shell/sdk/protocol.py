@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from orbit_shell import validation
+from orbit_shell import jsontext, validation
 from orbit_shell.sdk.models import ProtocolError, parse_token
 
 log = logging.getLogger("orbit.worker")
@@ -143,7 +143,7 @@ def outcome_of(handler: Callable[[TaskEvent], Any] | None, event: TaskEvent) -> 
             raise ValueError(
                 "result is not JSON: NaN, Infinity and -Infinity are not JSON numbers"
             ) from None
-        if validation.nests_deeper(text.encode(), validation.MAX_RESULT_DEPTH):
+        if jsontext.nests_deeper(text.encode(), validation.MAX_RESULT_DEPTH):
             raise ValueError(f"result nests deeper than {validation.MAX_RESULT_DEPTH} levels")
         if len(text) > validation.MAX_RESULT_BYTES:  # ASCII: json.dumps escapes the rest
             raise ValueError(

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from orbit_shell import errors, validation
+from orbit_shell import errors, jsontext, validation, worker_shapes
 from orbit_shell.engine import batches, longpoll, schema, serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.schema import SchemaMismatch
@@ -209,7 +209,7 @@ class MysqlTransport:
         self, worker_id, queue_ids, capacity, concurrency_keys, in_flight_after=None
     ) -> Hello:
         self._check(
-            validation.WORKER_HELLO,
+            worker_shapes.WORKER_HELLO,
             {
                 "worker_id": worker_id,
                 "queue_ids": list(queue_ids),
@@ -227,7 +227,7 @@ class MysqlTransport:
             capacity,
             int(concurrency_keys),
             json.dumps(queues),
-            validation.fingerprint({"queues": queues, "capacity": capacity}),
+            jsontext.fingerprint({"queues": queues, "capacity": capacity}),
             in_flight_after,
         )
         row = session[0]
@@ -240,7 +240,7 @@ class MysqlTransport:
 
     def claim(self, session_id, max, wait_ms, start=False):
         body = self._check(
-            validation.WORKER_CLAIM, {"max": max, "wait_ms": wait_ms, "start": start}
+            worker_shapes.WORKER_CLAIM, {"max": max, "wait_ms": wait_ms, "start": start}
         )
         rows = longpoll.poll(
             lambda: self._call(
@@ -255,18 +255,18 @@ class MysqlTransport:
         return serialize.assignments(rows)
 
     def start(self, session_id, attempt_id):
-        self._check(validation.ATTEMPT_SESSION, {"session_id": session_id})
+        self._check(worker_shapes.ATTEMPT_SESSION, {"session_id": session_id})
         [[row]] = self._call("attempt_start", self.namespace_id, session_id, attempt_id)
         return serialize.attempt(row)
 
     def renew(self, session_id, attempt_id):
-        self._check(validation.ATTEMPT_SESSION, {"session_id": session_id})
+        self._check(worker_shapes.ATTEMPT_SESSION, {"session_id": session_id})
         [[row]] = self._call("attempt_renew", self.namespace_id, session_id, attempt_id)
         return serialize.iso(row["lease_expires_at"])
 
     def result(self, session_id, attempt_id, outcome, retryable, result, error):
         body = self._check(
-            validation.ATTEMPT_RESULT,
+            worker_shapes.ATTEMPT_RESULT,
             {
                 "session_id": session_id,
                 "outcome": outcome,
@@ -283,8 +283,8 @@ class MysqlTransport:
             attempt_id,
             body["outcome"],
             int(body["retryable"]),
-            None if body["result"] is None else validation.canonical_json(body["result"]),
-            None if body["error"] is None else validation.canonical_json(body["error"]),
+            None if body["result"] is None else jsontext.canonical_json(body["result"]),
+            None if body["error"] is None else jsontext.canonical_json(body["error"]),
         )
         return {
             "attempt_id": row["attempt_id"],
@@ -297,7 +297,7 @@ class MysqlTransport:
 
     def start_many(self, session_id, attempt_ids):
         body = self._check(
-            validation.ATTEMPT_START_BATCH,
+            worker_shapes.ATTEMPT_START_BATCH,
             {"session_id": session_id, "attempt_ids": attempt_ids, "brief": True},
         )
         return self._batch(
@@ -308,7 +308,7 @@ class MysqlTransport:
 
     def result_many(self, session_id, results):
         body = self._check(
-            validation.ATTEMPT_RESULT_BATCH,
+            worker_shapes.ATTEMPT_RESULT_BATCH,
             {"session_id": session_id, "results": results},
             sized=True,
         )
@@ -316,7 +316,7 @@ class MysqlTransport:
 
     def report_and_claim(self, session_id, results, max, start=False):
         body = self._check(
-            validation.WORKER_REPORT_CLAIM,
+            worker_shapes.WORKER_REPORT_CLAIM,
             {"results": results, "max": max, "start": start},
             sized=True,
         )

@@ -43,9 +43,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.leases import LeaseRenewal
 from orbit_shell.sdk.models import (
     ApiError,
-    LeaseLostError,
     ProtocolError,
     UnavailableError,
 )
@@ -56,8 +56,9 @@ from orbit_shell.sdk.protocol import (
     UnknownOutcome,
     outcome_of,
 )
+from orbit_shell.sdk.reporting import Reporting
 from orbit_shell.sdk.transport import Hello, HttpTransport, Transport
-from orbit_shell.validation import BATCH_MAX, MAX_BODY_BYTES
+from orbit_shell.validation import BATCH_MAX
 
 # What a worker's module imports from here; Retry, UnknownOutcome and TaskEvent live in
 # protocol.py with the rest of what handlers receive and raise.
@@ -66,14 +67,12 @@ __all__ = ["Retry", "TaskEvent", "UnknownOutcome", "Worker"]
 log = logging.getLogger("orbit.worker")
 
 SESSION_CAPACITY_MAX = 1000  # what POST /v1/workers/hello accepts
-# A report's body besides its outcomes: the session id, the claim's size and flag.
-REPORT_ENVELOPE_BYTES = 4096
 
 
 Handler = Callable[[TaskEvent], Any]
 
 
-class Worker:
+class Worker(Reporting, LeaseRenewal):
     """A polling worker process (or thread).
 
     Args:
@@ -443,133 +442,6 @@ class Worker:
         with self._slots:
             self.inflight.pop(event.attempt_id, None)
             self._slots.notify_all()
-
-    def _report_loop(self) -> None:
-        """Send the handlers' outcomes in order: each report carries what finished within
-        ``report_linger`` of the first one (up to 100, and no more than a request body holds),
-        or goes as soon as it holds every attempt in flight (a slot is freed only after its
-        report, so those are all there is). An outcome that would take a report over the body's
-        bound starts the next one instead: the server refuses such a report whole (413)."""
-        carried = None
-        while True:
-            first = carried if carried is not None else self._reports.get()
-            carried = None
-            if first is None:
-                return
-            batch, size = [first], REPORT_ENVELOPE_BYTES + first[-1]
-            linger = time.monotonic() + self.report_linger
-            while len(batch) < BATCH_MAX and len(batch) < self._started_unreported():
-                try:
-                    item = self._reports.get(timeout=max(0.0, linger - time.monotonic()))
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._reports.put(None)  # finish this batch, then stop
-                    break
-                if size + item[-1] > MAX_BODY_BYTES:
-                    carried = item
-                    break
-                batch.append(item)
-                size += item[-1]
-            self._report(batch)
-
-    def _report(self, batch: list[tuple]) -> None:
-        payload = [
-            {
-                "attempt_id": event.attempt_id,
-                "outcome": outcome,
-                "retryable": retryable,
-                "result": result,
-                "error": error,
-            }
-            for event, outcome, retryable, result, error, _ in batch
-        ]
-        events = [event for event, *_ in batch]
-        answers: list[Any] = [None] * len(batch)
-        wires: list[dict[str, Any]] = []
-        want = self._claim_with(events)
-        lost = False  # a report that claimed and started lost its answer
-        backoff = 0.1
-        for _ in range(8):  # an identical result is idempotent, so resending the batch is safe
-            try:
-                if want:
-                    answers, wires = self.transport.report_and_claim(
-                        self.session_id, payload, want, self.start_with_claim
-                    )
-                else:
-                    answers = self.transport.result_many(self.session_id, payload)
-                break
-            except UnavailableError as exc:
-                # Resent as results alone: a second claim is not idempotent. What a lost answer
-                # granted, if it committed, is recovered below when the claim started it (a
-                # hello again); else it was never started and comes back when its lease ends.
-                lost = lost or (want > 0 and self.start_with_claim)
-                want = 0
-                log.warning("results failed, retrying: %s", exc, extra={"action": "worker.result"})
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            except ApiError as exc:
-                log.error("results refused: %s", exc, extra={"action": "worker.result"})
-                answers = [exc] * len(batch)
-                break
-        for (event, outcome, *_), answer in zip(batch, answers, strict=True):
-            ids = {
-                "attempt_id": event.attempt_id,
-                "task_id": event.task.task_id,
-                "concurrency_token": event.concurrency_token,
-            }
-            if answer is None:
-                log.error("result not delivered", extra={"action": "worker.result", **ids})
-            elif isinstance(answer, LeaseLostError):
-                log.warning("result refused: %s", answer, extra={"action": "worker.result", **ids})
-            elif isinstance(answer, ApiError):
-                log.error("result refused: %s", answer, extra={"action": "worker.result", **ids})
-            else:
-                log.info("reported %s", outcome, extra={"action": "worker.result", **ids})
-        self._dispatch(wires, released=events, started=self.start_with_claim)
-        if lost:
-            self._recover_grants()
-
-    def _claim_with(self, reported: Sequence[TaskEvent]) -> int:
-        """How many a report of ``reported`` should claim in the same request (0: report
-        alone): the slots it frees when every slot is held; else one per key it releases.
-
-        With a slot already free the claim loop is claiming or long-polling on its own, and a
-        report that claimed too would split the work that arrives into more, smaller claims,
-        each a transaction of its own: on the e2e run of single submissions it was 0.87x when
-        every claim held the application row, and without that row no faster (medians of
-        four alternating rounds 328 and 317 tasks/s, its claims carrying 5.4 attempts instead
-        of 7.5, more row-lock waits). A released key is the exception: its
-        result promotes the key's next parked task (K6), which a claim in the same transaction
-        takes at once, where the long poll would see it only at its next probe, 20-50 ms
-        later; a hot key's tasks run one after another, so that wait was most of each one's
-        turn (bench/README.md)."""
-        if not self.claim_with_report or self._stopping.is_set():
-            return 0
-        with self._slots:
-            held = len(self.inflight)
-        room = self.capacity + self.prefetch
-        freed = room - (held - len(reported))
-        if held < room:
-            freed = min(freed, sum(1 for e in reported if e.task.concurrency_key is not None))
-        return min(freed, BATCH_MAX)
-
-    def _renew_loop(self) -> None:
-        interval = max(0.2, self.lease_seconds / 3)
-        while not self._done.wait(interval):
-            with self._slots:
-                events = list(self.inflight.values())
-            for event in events:
-                try:
-                    event.lease_expires_at = self.transport.renew(self.session_id, event.attempt_id)
-                except LeaseLostError:
-                    event.lease_lost.set()
-                    log.warning(
-                        "lease lost",
-                        extra={"action": "worker.renew", "attempt_id": event.attempt_id},
-                    )
-                except ApiError as exc:
-                    log.debug("renew failed: %s", exc, extra={"action": "worker.renew"})
 
     def _finish(self) -> None:
         deadline = time.monotonic() + self.drain_timeout
