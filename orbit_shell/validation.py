@@ -8,7 +8,6 @@ Objects are parsed strictly: unknown fields, wrong types and out-of-range values
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import unicodedata
@@ -17,23 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orbit_shell.errors import InvalidArgument, field_error
+from orbit_shell.jsontext import MAX_JSON_DEPTH
 
 MISSING: Any = object()
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 MAX_KEY_CHARS = 191
-# L2: how deeply a request body may nest arrays and objects. MariaDB's JSON functions refuse
-# more than 31 levels, and a batch's items reach the routines inside a JSON array of objects
-# (two levels more than in the body, less its own one): 30 keeps every accepted value within
-# what each routine can read, and far below Python's recursion limit, so nothing accepted can
-# make a later call or answer fail.
-MAX_JSON_DEPTH = 30
 # JSON-schema patterns of the text rules below, so the OpenAPI document says what they refuse:
 # control characters (Unicode category Cc), and for printable ASCII anything outside it.
 NO_CONTROL = r"^[^\x00-\x1f\x7f-\x9f]*$"
 # ... and, for names and keys, whitespace at either end (empty allowed; a length says if not).
 TRIMMED = r"^(?:[^\s\x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f])?)?$"
 PRINTABLE_ASCII = r"^[\x20-\x7e]*$"
-_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 # The deepest result or error a worker may report: a batch carries it three levels down
@@ -44,34 +37,6 @@ MAX_RESULT_DEPTH = MAX_JSON_DEPTH - 3
 MAX_BODY_BYTES = 1024 * 1024
 MAX_RESULT_BYTES = MAX_BODY_BYTES - 8 * 1024
 MAX_ERROR_CHARS = 8 * 1024
-
-
-def nests_deeper(raw: bytes, limit: int) -> bool:
-    """Whether the JSON text ``raw`` nests arrays and objects deeper than ``limit``.
-
-    Reads the text without parsing it, so a body nested thousands deep never reaches the
-    parser's recursion. Brackets inside strings do not count."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
-        return False  # too few brackets to nest that deep: the common case costs two counts
-    depth = 0
-    for token in _JSON_TOKENS.finditer(raw):
-        mark = token.group()
-        if mark in (b"[", b"{"):
-            depth += 1
-            if depth > limit:
-                return True
-        elif mark in (b"]", b"}"):
-            depth -= 1
-    return False
-
-
-def check_json_depth(raw: bytes, limit: int = MAX_JSON_DEPTH) -> None:
-    """Raise INVALID_ARGUMENT when the request body ``raw`` nests deeper than ``limit``."""
-    if nests_deeper(raw, limit):
-        raise InvalidArgument(
-            f"request body nests arrays and objects deeper than {limit} levels",
-            [{"field": "body", "message": f"nested deeper than {limit} levels"}],
-        )
 
 
 def validate_concurrency_key(value: Any, name: str = "concurrency_key") -> str:
@@ -426,35 +391,6 @@ TASK_RESOLVE = Shape(
 )
 EMPTY = Shape({})
 
-WORKER_HELLO = Shape(
-    {
-        "worker_id": Field(Text(1, 191, trimmed=True), required=True),
-        "queue_ids": Field(ListOf(Hex32(), 1, 100), required=True),
-        "capacity": Field(Integer(1, 1000), required=True),
-        # Workers that predate keyed concurrency do not send the flag: they are unkeyed (K11).
-        "concurrency_keys": Field(Boolean(), default=False),
-        # The next page of the in-flight attempts: what the previous hello answered (L1).
-        "in_flight_after": Field(Hex32(nullable=True), default=None),
-    }
-)
-WORKER_CLAIM = Shape(
-    {
-        "max": Field(Integer(1, 100), default=1),
-        "wait_ms": Field(Integer(0, 30_000), default=0),
-        "start": Field(Boolean(), default=False),
-    }
-)
-ATTEMPT_SESSION = Shape({"session_id": Field(Hex32(), required=True)})
-ATTEMPT_RESULT = Shape(
-    {
-        "session_id": Field(Hex32(), required=True),
-        "outcome": Field(Enum(("succeeded", "failed", "unknown")), required=True),
-        "retryable": Field(Boolean(), default=False),
-        "result": Field(AnyJson(), default=None),
-        "error": Field(AnyJson(), default=None),
-    }
-)
-
 
 class IdempotencyKey(Check):
     """1-255 printable ASCII, no space at either end; the prefix ``schedule:`` is reserved for
@@ -505,78 +441,3 @@ TASK_BATCH = Shape(
         )
     }
 )
-ATTEMPT_START_BATCH = Shape(
-    {
-        "session_id": Field(Hex32(), required=True),
-        "attempt_ids": Field(ListOf(Hex32(), 1, BATCH_MAX), required=True),
-        # true: each started item answers {attempt_id, state} instead of the whole attempt.
-        "brief": Field(Boolean(), default=False),
-    }
-)
-# One item of a batch of results: an attempt's result, named by its id.
-RESULT_ITEM = Object(
-    Shape(
-        {
-            "attempt_id": Field(Hex32(), required=True),
-            **{k: f for k, f in ATTEMPT_RESULT.fields.items() if k != "session_id"},
-        }
-    )
-)
-ATTEMPT_RESULT_BATCH = Shape(
-    {
-        "session_id": Field(Hex32(), required=True),
-        "results": Field(ListOf(RESULT_ITEM, 1, BATCH_MAX), required=True),
-    }
-)
-# POST /v1/workers/{session_id}/report-and-claim: the results, then a claim without the long
-# poll (max 0 claims nothing).
-WORKER_REPORT_CLAIM = Shape(
-    {
-        "results": Field(ListOf(RESULT_ITEM, 1, BATCH_MAX), required=True),
-        "max": Field(Integer(0, BATCH_MAX), required=True),
-        "start": Field(Boolean(), default=False),
-    }
-)
-
-
-class NotJsonNumber(ValueError):
-    """NaN, Infinity or -Infinity where JSON text was wanted."""
-
-
-def _not_json_number(constant: str) -> Any:
-    raise NotJsonNumber(f"{constant} is not a JSON number")
-
-
-def parse_json(text: str) -> Any:
-    """JSON text as RFC 8259 has it. Python's parser also takes NaN, Infinity and -Infinity,
-    which no strict parser reads back: a payload carrying one was stored and answered as it
-    came, and every JSON.parse of that task's detail, of a list holding it and of its
-    assignment then failed.
-
-    Raises:
-        ValueError: the text is not JSON (NotJsonNumber for those three words).
-    """
-    return _STRICT_JSON.decode(text)
-
-
-# Built once: json.loads with a parse_constant builds a decoder per call (3 us a request).
-_STRICT_JSON = json.JSONDecoder(parse_constant=_not_json_number)
-
-
-def canonical_json(value: Any) -> str:
-    """Deterministic JSON text (sorted keys, no spaces, UTF-8 kept). A float that JSON has no
-    number for (NaN, infinities) raises ValueError rather than being written as JSON no
-    strict parser reads."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-
-
-def fingerprint(normalised: dict[str, Any]) -> str:
-    """SHA-256 of the canonical JSON of a normalised request (idempotency comparison)."""
-    return hashlib.sha256(canonical_json(normalised).encode("utf-8")).hexdigest()
-
-
-def stored_json(value: Any) -> str:
-    """JSON text as stored in the database (compact, key order preserved)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

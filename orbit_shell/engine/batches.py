@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orbit_shell import errors, validation
+from orbit_shell import errors, jsontext
 from orbit_shell.engine import serialize
-from orbit_shell.engine.db import Database, signal_error
+from orbit_shell.engine.db import Database
+from orbit_shell.engine.dberrors import signal_error
 
 
 def submit_fields(body: dict[str, Any]) -> tuple:
@@ -21,11 +22,11 @@ def submit_fields(body: dict[str, Any]) -> tuple:
     (a submission's, or a schedule's definition): every route fingerprints and stores it alike,
     so any route replays another's submission."""
     return (
-        validation.fingerprint(body),
+        jsontext.fingerprint(body),
         body["handler"],
         body["handler_version"],
         body["payload_version"],
-        validation.stored_json(body["payload"]),
+        jsontext.stored_json(body["payload"]),
         body["business_key"],
         body["concurrency_key"],
         body["priority"],
@@ -62,11 +63,11 @@ def submit_many(
         {
             "queue": queue,
             "idempotency_key": key,
-            "fingerprint": validation.fingerprint(body),
+            "fingerprint": jsontext.fingerprint(body),
             "handler": body["handler"],
             "handler_version": body["handler_version"],
             "payload_version": body["payload_version"],
-            "payload": validation.stored_json(body["payload"]),
+            "payload": jsontext.stored_json(body["payload"]),
             "business_key": body["business_key"],
             "concurrency_key": body["concurrency_key"],
             "priority": body["priority"],
@@ -176,7 +177,7 @@ def _result_answers(rows: list[dict[str, Any]]) -> list[dict[str, Any] | errors.
 def _text(value: Any) -> str:
     # '' for none: JSON text is never empty, and the procedure then never reads a JSON null
     # through JSON_TABLE (where MySQL 8 and MariaDB may differ).
-    return "" if value is None else validation.canonical_json(value)
+    return "" if value is None else jsontext.canonical_json(value)
 
 
 def _json(wire: list[dict[str, Any]]) -> str:

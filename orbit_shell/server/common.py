@@ -11,9 +11,10 @@ import falcon
 from gunicorn.http.errors import NoMoreData, ParseException
 
 from orbit_shell import errors
+from orbit_shell.jsontext import NotJsonNumber, check_json_depth, parse_json
 from orbit_shell.server import auth
 from orbit_shell.server.scoped import Scope
-from orbit_shell.validation import Check, NotJsonNumber, Shape, check_json_depth, parse_json
+from orbit_shell.validation import Check, Shape
 
 # WSGI environ key under which the HTTP worker puts a context manager factory that ends a
 # body read taking too long with errors.RequestTimeout (server/gevent_worker.py).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orbit_shell import validation as v
+from orbit_shell import worker_shapes as w
 from orbit_shell.server import schedules as sch
 
 
@@ -177,7 +178,7 @@ ROUTES: list[Route] = [
             "post": Op(
                 "Register or resume a worker session; its in-flight attempts a page at a time",
                 "workers:connect",
-                v.WORKER_HELLO,
+                w.WORKER_HELLO,
             )
         },
     ),
@@ -189,7 +190,7 @@ ROUTES: list[Route] = [
             "post": Op(
                 "Claim tasks (bounded long poll); with start, started in the same transaction",
                 "workers:consume",
-                v.WORKER_CLAIM,
+                w.WORKER_CLAIM,
             )
         },
     ),
@@ -202,7 +203,7 @@ ROUTES: list[Route] = [
                 "Report up to 100 outcomes, then claim up to max tasks (with start, started),"
                 " in one transaction",
                 "workers:consume",
-                v.WORKER_REPORT_CLAIM,
+                w.WORKER_REPORT_CLAIM,
             )
         },
     ),
@@ -220,7 +221,7 @@ ROUTES: list[Route] = [
             "post": Op(
                 "Start up to 100 attempts of one session, each as its own start",
                 "workers:consume",
-                v.ATTEMPT_START_BATCH,
+                w.ATTEMPT_START_BATCH,
                 response="BatchEnvelope",
             )
         },
@@ -233,7 +234,7 @@ ROUTES: list[Route] = [
             "post": Op(
                 "Report up to 100 outcomes of one session, each as its own result",
                 "workers:consume",
-                v.ATTEMPT_RESULT_BATCH,
+                w.ATTEMPT_RESULT_BATCH,
                 response="BatchEnvelope",
             )
         },
@@ -242,18 +243,18 @@ ROUTES: list[Route] = [
         "/v1/attempts/{attempt_id}/start",
         "attempts",
         "start",
-        {"post": Op("Confirm the execution right", "workers:consume", v.ATTEMPT_SESSION)},
+        {"post": Op("Confirm the execution right", "workers:consume", w.ATTEMPT_SESSION)},
     ),
     Route(
         "/v1/attempts/{attempt_id}/renew",
         "attempts",
         "renew",
-        {"post": Op("Extend the lease and permits", "workers:consume", v.ATTEMPT_SESSION)},
+        {"post": Op("Extend the lease and permits", "workers:consume", w.ATTEMPT_SESSION)},
     ),
     Route(
         "/v1/attempts/{attempt_id}/result",
         "attempts",
         "result",
-        {"post": Op("Report the outcome", "workers:consume", v.ATTEMPT_RESULT)},
+        {"post": Op("Report the outcome", "workers:consume", w.ATTEMPT_RESULT)},
     ),
 ]

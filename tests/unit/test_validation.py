@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orbit_shell import errors, validation
+from orbit_shell import errors, jsontext, validation
 from orbit_shell.validation import MISSING, validate_concurrency_key
 
 LONE_SURROGATE = json.loads('"a\\ud800b"')
@@ -109,9 +109,9 @@ def test_idempotency_key_rules():
 
 
 def test_fingerprint_ignores_key_order_but_not_values():
-    a = validation.fingerprint({"a": 1, "b": {"c": 2, "d": 3}})
-    assert a == validation.fingerprint({"b": {"d": 3, "c": 2}, "a": 1})
-    assert a != validation.fingerprint({"a": 1, "b": {"c": 2, "d": 4}})
+    a = jsontext.fingerprint({"a": 1, "b": {"c": 2, "d": 3}})
+    assert a == jsontext.fingerprint({"b": {"d": 3, "c": 2}, "a": 1})
+    assert a != jsontext.fingerprint({"a": 1, "b": {"c": 2, "d": 4}})
 
 
 @pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
@@ -121,11 +121,11 @@ def test_l2_nan_and_the_infinities_are_not_json_in_or_out(word):
     fingerprints). Stored text written from the database's own rows (a schedule's definition
     kept on update, its tasks when it fires) is written as read: a row stored before the
     refusal must not make its schedule fail."""
-    with pytest.raises(validation.NotJsonNumber, match=word):
-        validation.parse_json('{"payload": {"x": [1, WORD]}}'.replace("WORD", word))
-    assert validation.parse_json('{"x": 1e308, "y": -0.5}') == {"x": 1e308, "y": -0.5}
+    with pytest.raises(jsontext.NotJsonNumber, match=word):
+        jsontext.parse_json('{"payload": {"x": [1, WORD]}}'.replace("WORD", word))
+    assert jsontext.parse_json('{"x": 1e308, "y": -0.5}') == {"x": 1e308, "y": -0.5}
     value = json.loads(word)  # what a client or handler of Python's would hand over
     with pytest.raises(ValueError):
-        validation.canonical_json({"x": value})
+        jsontext.canonical_json({"x": value})
     with pytest.raises(errors.InvalidArgument, match="must be JSON"):
         validation.AnyJson()("result", {"x": value})

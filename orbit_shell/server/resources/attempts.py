@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import falcon
 
-from orbit_shell import validation
+from orbit_shell import jsontext, worker_shapes
 from orbit_shell.engine import batches, serialize
 from orbit_shell.server.common import (
     as_caller,
@@ -34,7 +34,7 @@ class Attempts:
     def _one(self, req, attempt_id: str, routine: str) -> dict:
         """``routine`` (attempt_start, attempt_renew) for one attempt, in one round trip
         through its ``*_as`` form (``as_caller``)."""
-        session = own_body(req, validation.ATTEMPT_SESSION, self.max_body, "workers:consume")[
+        session = own_body(req, worker_shapes.ATTEMPT_SESSION, self.max_body, "workers:consume")[
             "session_id"
         ]
 
@@ -56,7 +56,7 @@ class Attempts:
         ok(req, resp, {"lease_expires_at": serialize.iso(row["lease_expires_at"])})
 
     def on_post_result(self, req: falcon.Request, resp: falcon.Response, attempt_id: str) -> None:
-        s, body = self._prepare(req, attempt_id, validation.ATTEMPT_RESULT)
+        s, body = self._prepare(req, attempt_id, worker_shapes.ATTEMPT_RESULT)
         row = report(s, body["session_id"], attempt_id, body)
         task = s.task(row["task_id"])
         attempt = s.attempt_by_id(attempt_id)
@@ -80,7 +80,7 @@ class Attempts:
     )
 
     def on_post_start_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = own_body(req, validation.ATTEMPT_START_BATCH, self.max_body, "workers:consume")
+        body = own_body(req, worker_shapes.ATTEMPT_START_BATCH, self.max_body, "workers:consume")
         session, ids, brief = body["session_id"], body["attempt_ids"], body["brief"]
 
         def start(caller: batches.Caller, chosen: list[str]) -> list:
@@ -97,7 +97,7 @@ class Attempts:
         ok(req, resp, {"results": [item(a) for a in answers]})
 
     def on_post_result_batch(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = own_body(req, validation.ATTEMPT_RESULT_BATCH, self.max_body, "workers:consume")
+        body = own_body(req, worker_shapes.ATTEMPT_RESULT_BATCH, self.max_body, "workers:consume")
         session, results = body["session_id"], body["results"]
 
         def record(caller: batches.Caller, chosen: list[dict]) -> list:
@@ -121,7 +121,7 @@ def report(s, session_id: str, attempt_id: str, body: dict) -> dict:
         attempt_id,
         body["outcome"],
         int(body["retryable"]),
-        None if body["result"] is None else validation.canonical_json(body["result"]),
-        None if body["error"] is None else validation.canonical_json(body["error"]),
+        None if body["result"] is None else jsontext.canonical_json(body["result"]),
+        None if body["error"] is None else jsontext.canonical_json(body["error"]),
     )
     return row

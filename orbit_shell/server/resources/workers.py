@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import falcon
 
-from orbit_shell import validation
+from orbit_shell import jsontext, validation, worker_shapes
 from orbit_shell.engine import batches, longpoll, serialize
 from orbit_shell.engine.db import peer_closed
 from orbit_shell.server.common import (
@@ -55,9 +55,9 @@ class Workers:
 
     def on_post_hello(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "workers:connect")
-        body = read_json(req, validation.WORKER_HELLO, self.max_body)
+        body = read_json(req, worker_shapes.WORKER_HELLO, self.max_body)
         queue_ids = sorted({s.queue(q)["public_id"] for q in body["queue_ids"]})
-        registration = validation.fingerprint({"queues": queue_ids, "capacity": body["capacity"]})
+        registration = jsontext.fingerprint({"queues": queue_ids, "capacity": body["capacity"]})
         session, in_flight = s.db.call(
             "worker_hello",
             s.namespace_id,
@@ -93,7 +93,7 @@ class Workers:
     def on_post_claim(self, req: falcon.Request, resp: falcon.Response, session_id: str) -> None:
         """A claim at once (worker_claim_as); only a claim that found nothing and may wait
         reads the credential, for the long poll's bounds and its probes."""
-        body = own_body(req, validation.WORKER_CLAIM, self.max_body, "workers:consume")
+        body = own_body(req, worker_shapes.WORKER_CLAIM, self.max_body, "workers:consume")
 
         def claim(caller: batches.Caller) -> list:
             return batches.call_as(
@@ -140,7 +140,7 @@ class Workers:
         """The results of a batch (each its own answer, as POST /v1/attempts/result), then a
         claim of up to ``max`` without the long poll, in one transaction: a worker's round
         between handlers finishing and new ones starting, one call instead of two."""
-        body = own_body(req, validation.WORKER_REPORT_CLAIM, self.max_body, "workers:consume")
+        body = own_body(req, worker_shapes.WORKER_REPORT_CLAIM, self.max_body, "workers:consume")
         results, most = body["results"], body["max"]
         granted: list = []
 
