@@ -26,27 +26,16 @@ import pymysql
 import pymysql.cursors
 
 from orbit_shell import errors
+from orbit_shell.engine.dberrors import (
+    ER_SP_DOES_NOT_EXIST,
+    SWITCH_RETRY_AFTER,
+    code_of,
+    map_error,
+    switching,
+)
 
 log = logging.getLogger("orbit.db")
 
-ER_SIGNAL_EXCEPTION = 1644
-ER_LOCK_DEADLOCK = 1213
-ER_LOCK_WAIT_TIMEOUT = 1205
-ER_SP_DOES_NOT_EXIST = 1305
-# What InnoDB answers when a deadlock or a lock-wait timeout meets a statement while it waits
-# for a table's AUTO-INC lock (a multi-row INSERT ... SELECT takes it under
-# innodb_autoinc_lock_mode 1, MariaDB's default): the transaction is rolled back like any
-# deadlock victim, so it is retried like one.
-ER_AUTOINC_READ_FAILED = 1467
-RETRYABLE = {ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT, ER_AUTOINC_READ_FAILED}
-# Client-side codes for "no server" / "connection lost": CR_CONN_HOST_ERROR, CR_SERVER_GONE,
-# CR_SERVER_LOST, CR_SERVER_LOST_EXTENDED (+ ER_CON_COUNT_ERROR, server shutdown in progress).
-CONNECTION_ERRORS = {2003, 2006, 2013, 2055, 1040, 1053, 1927}
-# The server refuses writes: read_only (ER_OPTION_PREVENTS_STATEMENT, ER_READ_ONLY_MODE). A
-# primary fenced by a promotion answers this; the shell then looks for the new primary.
-READ_ONLY_ERRORS = {1290, 1836}
-# Seconds a client is told to wait (Retry-After) when no writable server is at hand.
-SWITCH_RETRY_AFTER = 1
 # Seconds a connection waits for the server to read or answer before it is given up
 # (``ORBIT_DB_TIMEOUT``): above InnoDB's default lock wait (50 s), so no normal run of a
 # routine, lock waits included, comes near it; a server that stops answering then costs a
@@ -237,49 +226,6 @@ def _open(kwargs: dict[str, Any], **overrides: Any) -> pymysql.connections.Conne
     return pymysql.connect(**kwargs)
 
 
-def signal_error(text: str) -> errors.OrbitError:
-    """The OrbitError of a routine's ``SIGNAL SQLSTATE '45000'`` text, ``'CODE: message'``."""
-    name, _, message = text.partition(":")
-    cls = errors.BY_CODE.get(name.strip())
-    if cls is None:
-        return errors.Internal()
-    return cls(message.strip() or None)
-
-
-def _code(exc: pymysql.MySQLError) -> int | None:
-    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-
-
-def map_error(exc: pymysql.MySQLError) -> errors.OrbitError | None:
-    """Translate a pymysql error into an OrbitError; None for deadlock-class errors."""
-    code = _code(exc)
-    if code == ER_SIGNAL_EXCEPTION:
-        return signal_error(str(exc.args[1]) if len(exc.args) > 1 else "")
-    if code in RETRYABLE:
-        return None
-    if code in CONNECTION_ERRORS or isinstance(exc, pymysql.err.InterfaceError):
-        # Gone, refused or silent past the timeout: the host is forgotten (_switching), and
-        # the next try looks for the primary again.
-        error = errors.Unavailable("database unavailable")
-        error.retry_after = SWITCH_RETRY_AFTER
-        return error
-    if code in READ_ONLY_ERRORS:
-        error = errors.Unavailable("the database server takes no writes now; retry shortly")
-        error.retry_after = SWITCH_RETRY_AFTER
-        return error
-    return errors.Internal()
-
-
-def _switching(exc: pymysql.MySQLError) -> bool:
-    """Whether an error says the primary may have changed: it is gone or takes no writes."""
-    code = _code(exc)
-    return (
-        code in CONNECTION_ERRORS
-        or code in READ_ONLY_ERRORS
-        or isinstance(exc, pymysql.err.InterfaceError)
-    )
-
-
 def _unpatched_poll():
     """``select.poll`` as the C library gives it. Under gevent's monkey patching it becomes a
     cooperative poll that arms a watcher and a timeout even for a zero wait: about 5% of a
@@ -433,11 +379,12 @@ class Database:
                         if not cur.nextset():
                             return sets
             except pymysql.MySQLError as exc:
-                if _code(exc) == ER_SP_DOES_NOT_EXIST and self._routines is None and not refreshed:
+                gone = code_of(exc) == ER_SP_DOES_NOT_EXIST
+                if gone and self._routines is None and not refreshed:
                     self._latest, refreshed = None, True  # a newer version replaced the latest
                     continue
                 mapped = map_error(exc)
-                if _switching(exc):
+                if switching(exc):
                     self.forget_primary()
                 if mapped is None and attempt < DEADLOCK_RETRIES:
                     log.info(
@@ -483,7 +430,7 @@ class Database:
                 cur.execute(sql, args)
                 return list(cur.fetchall())
         except pymysql.MySQLError as exc:
-            if _switching(exc):
+            if switching(exc):
                 self.forget_primary()
             mapped = map_error(exc) or errors.Unavailable("database busy; retry later")
             if isinstance(mapped, errors.Internal):

@@ -7,7 +7,7 @@ import re
 import pymysql
 import pytest
 
-from orbit_shell.engine import db, schema
+from orbit_shell.engine import db, dberrors, schema
 from orbit_shell.engine.schema import routine_name
 
 KEYED = "000005_keyed_concurrency"
@@ -240,7 +240,7 @@ def test_pymysql_reads_signal_errors_as_1644(orbit_dsn):
     try:
         with conn.cursor() as cur, pytest.raises(pymysql.MySQLError) as info:
             cur.execute(f"CALL {routine_name('task_cancel')}(0, REPEAT('0', 32), 'test')")
-        assert info.value.args[0] == db.ER_SIGNAL_EXCEPTION
+        assert info.value.args[0] == dberrors.ER_SIGNAL_EXCEPTION
         assert str(info.value.args[1]).startswith("NOT_FOUND:")
     finally:
         conn.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orbit_shell.engine import db
+from orbit_shell.engine import db, dberrors
 from orbit_shell.engine.db import parse_dsn
 
 
@@ -61,7 +61,7 @@ def test_h3_a_server_that_takes_no_writes_is_a_switch_503_with_retry_after():
     from orbit_shell import errors
 
     for code in (1290, 1836):
-        mapped = db.map_error(pymysql.err.OperationalError(code, "read-only"))
+        mapped = dberrors.map_error(pymysql.err.OperationalError(code, "read-only"))
         assert isinstance(mapped, errors.Unavailable) and mapped.retry_after == 1
-        assert db._switching(pymysql.err.OperationalError(code, "read-only"))
-    assert not db._switching(pymysql.err.OperationalError(1062, "duplicate"))
+        assert dberrors.switching(pymysql.err.OperationalError(code, "read-only"))
+    assert not dberrors.switching(pymysql.err.OperationalError(1062, "duplicate"))
