@@ -20,7 +20,7 @@ Steps, each printed as it is done:
 The account in the DSNs needs the privileges to manage replication and ``read_only``
 (``SUPER`` or, on MariaDB 10.5+, ``REPLICATION SLAVE ADMIN``, ``READ_ONLY ADMIN`` and
 ``BINLOG ADMIN``). The application's own account must not hold ``READ_ONLY ADMIN``, or the
-fence does not hold it off (README, "Operations").
+fence does not hold it off (docs/operations.md, "Topology").
 """
 
 from __future__ import annotations

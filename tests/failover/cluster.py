@@ -1,7 +1,7 @@
 """A replicated MariaDB on loopback for the failover runner: private ``mariadbd`` instances,
 each with its own data directory and fixed port, one primary and the rest its replicas.
 
-The topology is the one the README's "Operations" section supports: GTID with
+The topology is the one docs/operations.md ("Topology") supports: GTID with
 ``gtid_strict_mode``, ROW binary log synced per commit, replicas logging what they apply (so
 any of them can be promoted), and lossless semi-synchronous replication (``AFTER_SYNC``, a
 timeout long enough never to fall back to asynchronous during a run). ``semi_sync=False``

@@ -67,7 +67,7 @@ class Metrics:
 
     With a ``token`` (``ORBIT_METRICS_TOKEN``) a scrape must send ``Authorization: Bearer
     <token>`` (401 otherwise); without one the page is open to whoever reaches the server
-    (L5: who may read it is the operator's choice, and the default is said in the README)."""
+    (L5: who may read it is the operator's choice, and the default is said in docs/limits.md)."""
 
     auth_exempt = True
 
