@@ -135,6 +135,14 @@ def summary(results: dict[str, Any], default: dict[str, Any] | None = None) -> l
             _row("e2e unbatched against the default server's, same invocation",
                  f"{kept:.2f}x", ">= 0.8x", met, note)
         )  # fmt: skip
+    # Single submissions with no worker running against the HTTP floor's (bench/http_floor.py):
+    # what Orbit's checks and rows cost beyond the least a durable submission does.
+    if results.get("submit_only"):
+        ratio = results["submit_only"]["orbit_vs_floor"]
+        rows.append(
+            _row("single submissions against the HTTP floor", f"{ratio:.2f}x", ">= 0.75x",
+                 ratio >= 0.75)
+        )  # fmt: skip
     if results.get("blocked"):
         base, last = results["blocked"][0], results["blocked"][-1]
         times = last["claim_p99_ms"] / base["claim_p99_ms"]
