@@ -20,6 +20,7 @@ from typing import Any
 from orbit_shell import errors, validation
 from orbit_shell.engine import batches, schema, serialize
 from orbit_shell.engine.db import Database
+from orbit_shell.engine.schema import SchemaMismatch
 from orbit_shell.sdk.models import (
     ApiError,
     NotFoundError,
@@ -30,7 +31,12 @@ from orbit_shell.sdk.models import (
     local_error,
     local_errors,
 )
-from orbit_shell.sdk.transport import route_checked
+from orbit_shell.sdk.transport import check_protocol, route_checked
+
+# The submission procedures' signatures and answers this SDK calls (worker_namespace answers
+# the database's number): raised with any change a direct producer of the previous number
+# would break on, so that such a producer is refused when it connects, not at a submission.
+SUBMIT_PROTOCOL = 1
 
 
 class DirectProducer:
@@ -39,11 +45,20 @@ class DirectProducer:
     Args:
         dsn: a MySQL URL, typically of the account made by ``orbit-admin producer-account``.
         application, environment, namespace: the names it submits to.
+
+    Raises:
+        SchemaMismatch: the database's submission procedures are of another SUBMIT_PROTOCOL
+            (older: run ``orbit-migrate up``; newer: upgrade the producer).
     """
 
     def __init__(self, dsn: str, application: str, environment: str, namespace: str) -> None:
         self.db = Database(dsn, pool_size=4, routines=schema.code_version())
         [[row]] = self._call("worker_namespace", application, environment, namespace)
+        try:
+            check_protocol(row.get("submit_protocol"), SUBMIT_PROTOCOL, "producer")
+        except SchemaMismatch:
+            self.db.close()
+            raise
         self.namespace_id = row["namespace_id"]
         self.queues: dict[str, int] = {}  # public id -> internal id (queues never move)
 

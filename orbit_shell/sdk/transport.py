@@ -192,7 +192,7 @@ class MysqlTransport:
         self.sleep = sleep
         [[row]] = self._call("worker_namespace", application, environment, namespace)
         try:
-            _check_protocol(row.get("worker_protocol"))
+            check_protocol(row.get("worker_protocol"), WORKER_PROTOCOL)
         except SchemaMismatch:
             self.db.close()  # the pooled connection, which nothing will use
             raise
@@ -337,23 +337,23 @@ class MysqlTransport:
         return [local_error(a) if isinstance(a, errors.OrbitError) else a for a in answers]
 
 
-def _check_protocol(found: int | None) -> None:
-    """Refuse a database whose worker procedures are not the ones this SDK calls, before the
+def check_protocol(found: int | None, speaks: int, what: str = "worker") -> None:
+    """Refuse a database whose ``what`` procedures are not the ones this SDK calls, before the
     first call that would fail on them (the HTTP server refuses such a database itself, K11).
 
     Raises:
         SchemaMismatch: saying which side is older; ``None`` is a database from before the
             number existed.
     """
-    if found == WORKER_PROTOCOL:
+    if found == speaks:
         return
-    if found is None or found < WORKER_PROTOCOL:
+    if found is None or found < speaks:
         raise SchemaMismatch(
-            f"the database's worker procedures are older than this worker (protocol "
-            f"{found or 0}, this worker speaks {WORKER_PROTOCOL}); run `orbit-migrate up` with "
+            f"the database's {what} procedures are older than this {what} (protocol "
+            f"{found or 0}, this {what} speaks {speaks}); run `orbit-migrate up` with "
             "this version of Orbit"
         )
     raise SchemaMismatch(
-        f"the database's worker procedures are newer than this worker (protocol {found}, this "
-        f"worker speaks {WORKER_PROTOCOL}); upgrade the worker's Orbit"
+        f"the database's {what} procedures are newer than this {what} (protocol {found}, this "
+        f"{what} speaks {speaks}); upgrade the {what}'s Orbit"
     )

@@ -12,11 +12,11 @@ import pymysql
 import pytest
 
 from orbit_shell.cli.admin import PRODUCER_PROCEDURES
-from orbit_shell.engine import db
-from orbit_shell.engine.schema import routine_name
+from orbit_shell.engine import db, schema
+from orbit_shell.engine.schema import SchemaMismatch, routine_name
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import ApiError, NotFoundError, SubmitReceipt, SubmitTaskRequest
-from orbit_shell.sdk.producer import DirectProducer
+from orbit_shell.sdk.producer import SUBMIT_PROTOCOL, DirectProducer
 from tests.conftest import make_tenant
 from tests.engine import submit_args
 from tests.helpers import account_dsn
@@ -175,3 +175,37 @@ def test_w9_the_account_records_itself_and_submits_to_its_namespace_only(
                 )
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    "protocol, says",
+    [
+        (None, "older than this producer (protocol 0, this producer speaks 1); run `orbit-migrate"),
+        (SUBMIT_PROTOCOL + 1, "newer than this producer (protocol 2, this producer speaks 1)"),
+    ],
+)
+def test_w9_the_producer_refuses_submission_procedures_of_another_protocol(
+    fresh_dsn, tmp_path, protocol, says
+):
+    """K11 for producers: a direct producer whose database runs other submission procedures
+    is refused when it connects, as a direct worker is, not at its first submission. ``None``
+    is a database from before worker_namespace answered the number."""
+    schema.apply(fresh_dsn)
+    database = db.Database(fresh_dsn, pool_size=1)
+    tenant = make_tenant(database, tmp_path)
+    DirectProducer(fresh_dsn, tenant.application, "test", tenant.namespace).close()
+    body = schema.versioned_body(next(r for r in schema.routines() if r.name == "worker_namespace"))
+    column = f"{SUBMIT_PROTOCOL} AS submit_protocol"
+    assert column in body
+    other = "" if protocol is None else f"{protocol} AS submit_protocol"
+    conn = db.connect(fresh_dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP PROCEDURE {routine_name('worker_namespace')}")
+            cur.execute(body.replace(",\n         " + column, other and ", " + other))
+    finally:
+        conn.close()
+    with pytest.raises(SchemaMismatch) as info:
+        DirectProducer(fresh_dsn, tenant.application, "test", tenant.namespace)
+    assert says in str(info.value)
+    database.close()
