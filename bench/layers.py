@@ -34,7 +34,7 @@ from pathlib import Path
 import floor
 import http_floor
 from engine_parts import Bench
-from measures import db_cpu_seconds, handler_reads, mariadbd_pids, pct, run_threads
+from measures import db_cpu_seconds, descendants, handler_reads, mariadbd_pids, pct, run_threads
 
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import SubmitTaskRequest
@@ -61,24 +61,6 @@ LAYERS = (
     ("selectors.py", "sockets"),
     ("ssl.py", "sockets"),
 )
-
-
-def children(pid: int) -> list[int]:
-    """``pid`` and every process below it."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(parents.get(p, []))
-    return out
 
 
 def layer(frame: str) -> str | None:
@@ -231,7 +213,7 @@ def submissions(bench: Bench, url: str, queue: str, server: int, sampled: bool) 
         c.close()
 
     spy = Sampler(server, "submit") if sampled else None
-    gunicorn, db = children(server), mariadbd_pids()
+    gunicorn, db = descendants(server), mariadbd_pids()
     g0, d0, p0, t0 = cpu(gunicorn), cpu(db), time.process_time(), time.monotonic()
     run_threads(produce, PRODUCERS)
     seconds = time.monotonic() - t0
@@ -261,7 +243,7 @@ def drain(bench: Bench, url: str, queue: str, server: int, sampled: bool) -> dic
         CLAIM_WITH_REPORT="1",
     )
     spies = (Sampler(server, "worker-server"),) if sampled else ()
-    gunicorn, db = children(server), mariadbd_pids()
+    gunicorn, db = descendants(server), mariadbd_pids()
     g0, d0 = cpu(gunicorn), cpu(db)
     worker = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "noop_worker.py")],

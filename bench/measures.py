@@ -146,6 +146,24 @@ def run_threads(fn, n: int) -> None:
         t.join()
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (read from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(parents.get(p, []))
+    return out
+
+
 def mariadbd_pids() -> list[int]:
     """The local mariadbd processes (the bench's private server, or the one a DSN names)."""
     pids = []

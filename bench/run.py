@@ -37,11 +37,14 @@ Parts:
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import datetime as dt
 import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -66,6 +69,7 @@ from indexes import run_indexes  # noqa: E402
 from layers import run_layers  # noqa: E402
 from measures import (  # noqa: E402
     deadlock_reports,
+    descendants,
     locks_text,
     run_threads,
     server_settings,
@@ -751,7 +755,24 @@ def side_by_side(default: dict, production: dict) -> None:
             print(f"  {label} | {d:,.2f} | {p:,.2f} | {p / d if d else 0:.2f}x")
 
 
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)  # so that every part's finally stops what it started
+
+
+def _stop_descendants() -> None:
+    """Whatever the run started that is still running once it ends, stopped or not: an
+    ``orbit`` server, SDK or Celery workers, a private mariadbd or Redis. Left running, a
+    server kept sweeping the next run's database."""
+    me = os.getpid()
+    for pid in reversed(descendants(me)):
+        if pid != me:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _terminated)
+    atexit.register(_stop_descendants)
     args, parser = parse_args()
     parts = set(args.only or ["ceiling", "procedure", "phases", "blocked", "e2e", "peer"])
     seconds = 20.0 if args.large else 8.0
