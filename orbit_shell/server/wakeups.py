@@ -6,7 +6,10 @@ submission commits, the route calls :meth:`Wakeups.notify` with the queue of eac
 created, which wakes as many polls of that queue in this process as tasks arrived there. What
 this process could not wake goes to the server's other worker processes as one datagram each
 (a Unix socket per process in a directory the server makes for the run), and each wakes up
-to that many of its own. A woken poll claims at once.
+to that many of its own. A woken poll claims at once. Each process also keeps how many polls
+it has waiting in a shared board (a small file every process maps), and a sender skips a
+sibling whose board entry says none: a submission then costs no send, and no sibling a wakeup
+to read, where nothing waits.
 
 It is a hint, never the only way: a wakeup dropped (a full socket buffer, a process starting,
 a poll registered a moment late, another server's submission) leaves the poll to its next
@@ -18,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import glob
 import logging
+import mmap
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -28,6 +33,10 @@ log = logging.getLogger("orbit.wakeups")
 
 SIBLINGS_TTL = 1.0  # seconds the list of sibling processes' sockets is reused
 DATAGRAM = 8192  # bytes one datagram of queue ids may take
+# The board: an entry (polls waiting, pid) per pid modulo SLOTS. An entry is trusted only when
+# it names the sibling's own pid, so two processes on one entry make their senders send.
+SLOTS = 4096
+ENTRY = struct.Struct("<ii")
 
 
 class Waiter:
@@ -55,6 +64,8 @@ class Wakeups:
         self._out: socket.socket | None = None  # unbound, non-blocking: what it sends with
         self._siblings: list[str] = []
         self._siblings_at = float("-inf")
+        self._board: mmap.mmap | None = None
+        self._listening = 0  # polls waiting in this process
 
     @contextlib.contextmanager
     def listen(self, queues: Iterable[str]) -> Iterator[Waiter]:
@@ -64,6 +75,7 @@ class Wakeups:
         with self._lock:
             for queue in names:
                 self._waiting.setdefault(queue, []).append(waiter)
+            self._post(+1)
         try:
             yield waiter
         finally:
@@ -74,6 +86,7 @@ class Wakeups:
                         waiters.remove(waiter)
                     if not waiters:
                         self._waiting.pop(queue, None)
+                self._post(-1)
 
     def notify(self, arrived: dict[str, int]) -> None:
         """Tasks committed: queue public id -> how many. Wakes that many local polls of each
@@ -95,6 +108,36 @@ class Wakeups:
         return left
 
     # Between the server's processes ----------------------------------------------------------
+    def _post(self, change: int) -> None:
+        """Count a poll in or out on this process's board entry (the caller holds the lock)."""
+        self._listening += change
+        if self._board is not None:
+            ENTRY.pack_into(
+                self._board, os.getpid() % SLOTS * ENTRY.size, self._listening, os.getpid()
+            )
+
+    def _waits(self, pid: int) -> bool:
+        """Whether the sibling ``pid`` may have a poll waiting: its board entry says so, or
+        the entry is another process's (or there is no board)."""
+        if self._board is None:
+            return True
+        count, owner = ENTRY.unpack_from(self._board, pid % SLOTS * ENTRY.size)
+        return owner != pid or count > 0
+
+    def _open_board(self) -> mmap.mmap | None:
+        path = os.path.join(self.directory or "", "board")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                if os.fstat(fd).st_size < SLOTS * ENTRY.size:
+                    os.ftruncate(fd, SLOTS * ENTRY.size)  # zeros; every process asks the same
+                return mmap.mmap(fd, SLOTS * ENTRY.size)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # senders then send to every sibling, as without a board
+            log.warning("wakeups board off: %s", exc, extra={"action": "wakeups"})
+            return None
+
     def _bind(self) -> None:
         if not self.directory or self._pid == os.getpid():
             return
@@ -118,6 +161,8 @@ class Wakeups:
             out = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             out.setblocking(False)
             self._sock, self._out, self._pid = sock, out, os.getpid()
+            self._board = self._open_board()
+            self._post(0)
         threading.Thread(target=self._receive, name="orbit-wakeups", daemon=True).start()
 
     def _receive(self) -> None:
@@ -141,6 +186,9 @@ class Wakeups:
             return
         data = ",".join(f"{q}:{n}" for q, n in left.items()).encode("ascii")[:DATAGRAM]
         for path in self._sibling_paths():
+            pid = os.path.basename(path).removesuffix(".sock")
+            if pid.isdigit() and not self._waits(int(pid)):
+                continue  # nothing waits there: no send, and nothing for it to read
             try:
                 out.sendto(data, path)
             except BlockingIOError:

@@ -177,3 +177,51 @@ def test_w7_a_sibling_that_does_not_read_never_holds_up_or_fails_a_submission(tm
         [sys.executable, "-c", FLOOD, str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and done.stdout.strip() == "sent", done.stderr[-2000:]
+
+
+def _listen_then_idle(directory: str, queue: str, listening, stop_listening, idle, done) -> None:
+    mine = wakeups.Wakeups(directory)
+    with mine.listen([queue]):
+        listening.set()
+        stop_listening.wait(20)
+    idle.set()
+    done.wait(20)  # bound and alive, with no poll waiting
+
+
+class _Sent:
+    """A socket stand-in that records where each datagram went."""
+
+    def __init__(self) -> None:
+        self.to: list[str] = []
+
+    def sendto(self, data: bytes, path: str) -> None:
+        self.to.append(path)
+
+
+def test_w7_a_sibling_with_no_poll_waiting_is_sent_nothing(tmp_path):
+    """The board: a submission sends to a sibling only while a poll waits there, so where
+    nothing waits it costs no send and the sibling nothing to read."""
+    context = multiprocessing.get_context("spawn")
+    listening, stop_listening, idle, done = (context.Event() for _ in range(4))
+    other = context.Process(
+        target=_listen_then_idle,
+        args=(str(tmp_path), "q1", listening, stop_listening, idle, done),
+    )
+    other.start()
+    try:
+        assert listening.wait(10)
+        mine = wakeups.Wakeups(str(tmp_path))
+        mine._bind()
+        mine._out.close()
+        mine._out = sent = _Sent()
+        sibling = str(tmp_path / f"{other.pid}.sock")
+        mine.notify({"q1": 1})
+        assert sent.to == [sibling]
+        stop_listening.set()
+        assert idle.wait(10)
+        mine.notify({"q1": 1})
+        assert sent.to == [sibling]  # nothing more: no poll waits there now
+    finally:
+        done.set()
+        other.join(10)
+        other.kill()
