@@ -89,9 +89,18 @@ def task_detail(row: dict[str, Any]) -> dict[str, Any]:
             "finished_at": iso(row["finished_at"]),
             "result": _json(row["result"]),
             "error": _json(row["error"]),
+            "cancel_reason": cancel_reason(row),
         }
     )
     return out
+
+
+def cancel_reason(row: dict[str, Any]) -> str | None:
+    """Why a CANCELLED task was cancelled (P5): its column, or for a task cancelled before
+    the column existed, when only a cancel ended a task so, CANCELLED_BY_USER."""
+    if row["state"] != "CANCELLED":
+        return None
+    return row.get("cancel_reason") or "CANCELLED_BY_USER"
 
 
 def key(row: dict[str, Any]) -> dict[str, Any]:

@@ -166,6 +166,7 @@ class Task:
     schedule_id: str | None = None
     schedule_version: int | None = None
     fire_time: str | None = None
+    cancel_reason: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod

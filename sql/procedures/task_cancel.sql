@@ -3,6 +3,7 @@
 --   LEASED             -> attempt CANCELLED, permits and key released in this transaction
 --                         (K6: the next attempt of the key gets a larger token).
 --   anything else      -> STATE_CONFLICT (running, finished or needing review).
+-- A cancelled task's cancel_reason is CANCELLED_BY_USER.
 -- Result set: {task_id}.
 -- Errors: NOT_FOUND, STATE_CONFLICT.
 -- Locks, in order: a gate of the namespace and, under quotas, the application row
@@ -61,6 +62,7 @@ BEGIN
   ELSE
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'STATE_CONFLICT: only a task that has not started can be cancelled';
   END IF;
+  UPDATE tasks SET cancel_reason = 'CANCELLED_BY_USER' WHERE id = v_task;
   COMMIT;
   SELECT p_task_public_id AS task_id;
 END

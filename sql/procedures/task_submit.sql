@@ -63,7 +63,7 @@ BEGIN
                      'created_at', DATE_FORMAT(t.created_at, '%Y-%m-%dT%H:%i:%s.%fZ'),
                      'updated_at', DATE_FORMAT(t.updated_at, '%Y-%m-%dT%H:%i:%s.%fZ'),
                      'finished_at', DATE_FORMAT(t.finished_at, '%Y-%m-%dT%H:%i:%s.%fZ'),
-                     'result', t.result, 'error', t.error,
+                     'result', t.result, 'error', t.error, 'cancel_reason', t.cancel_reason,
                      'schedule_public_id', s.public_id, 'schedule_version', t.schedule_version,
                      'fire_time', DATE_FORMAT(t.fire_time, '%Y-%m-%dT%H:%i:%s.%fZ')) AS task
     FROM tasks t JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id

@@ -99,6 +99,11 @@ def test_v2_the_task_page_renders_a_task_in_every_state(browser, orbit_server, c
             assert page.locator("form[action$='/resolve']").count() == 1
         if name in ("ready", "parked", "backoff"):
             assert page.get_by_role("button", name="Cancel this task").count() == 1
+        reason = page.locator("#cancel-reason")
+        if name == "cancelled":
+            assert reason.inner_text() == "cancelled by a user"
+        else:
+            assert reason.count() == 0, name
     assert seen == set(expected.values())
 
 

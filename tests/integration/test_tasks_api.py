@@ -472,6 +472,27 @@ def test_cancel_before_start_releases_the_key_and_next_token_is_larger(client, t
     assert attempt["state"] == "CANCELLED"
 
 
+def test_p5_a_cancelled_task_says_why_and_others_say_nothing(client, tenant, database):
+    """cancel_reason: CANCELLED_BY_USER after a cancel, a parked one's and a leased one's
+    alike; null on a task that is not cancelled; and a task cancelled before the column
+    existed (NULL in it) reads as cancelled by a user, the only way a task was cancelled."""
+    waiting = submit(client, tenant, None, 201, concurrency_key="why/k").json["data"]
+    assert waiting["cancel_reason"] is None
+    parked = submit(client, tenant, None, 201, concurrency_key="why/k").json["data"]["task_id"]
+    session = Session(client, tenant)
+    [leased] = session.claim()
+    for task_id in (parked, leased["task"]["task_id"]):
+        done = client.simulate_post(f"/v1/tasks/{task_id}/cancel", headers=tenant.headers)
+        assert done.json["data"]["cancel_reason"] == "CANCELLED_BY_USER"
+        read = client.simulate_get(f"/v1/tasks/{task_id}", headers=tenant.headers).json["data"]
+        assert (read["state"], read["cancel_reason"]) == ("CANCELLED", "CANCELLED_BY_USER")
+    [row] = database.query("SELECT cancel_reason FROM tasks WHERE public_id = %s", (parked,))
+    assert row["cancel_reason"] == "CANCELLED_BY_USER"
+    database.query("UPDATE tasks SET cancel_reason = NULL WHERE public_id = %s", (parked,))
+    read = client.simulate_get(f"/v1/tasks/{parked}", headers=tenant.headers).json["data"]
+    assert read["cancel_reason"] == "CANCELLED_BY_USER"
+
+
 def test_resolve_rules_and_history(client, tenant):
     task = submit(client, tenant, None, 201, concurrency_key="review/k").json["data"]["task_id"]
     early = client.simulate_post(
