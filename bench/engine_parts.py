@@ -134,6 +134,7 @@ class Bench:
             5,
             None,
             None,
+            "wait",
             "bench",
             None,
             None,

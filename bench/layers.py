@@ -168,7 +168,7 @@ def procedure_counters(bench: Bench) -> dict[str, int]:
             with conn.cursor() as cur:
                 cur.execute(
                     f"CALL {bench.db.routine('task_submit')}"
-                    "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                    "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                     (
                         bench.ns,
                         bench.queue,
@@ -183,6 +183,7 @@ def procedure_counters(bench: Bench) -> dict[str, int]:
                         5,
                         None,
                         None,
+                        "wait",
                         "bench",
                         None,
                         None,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orbit_shell import jsontext
 from orbit_shell.errors import InvalidArgument, field_error
 from orbit_shell.jsontext import MAX_JSON_DEPTH
 
@@ -381,8 +382,25 @@ TASK_FIELDS = {
     "priority": Field(Integer(0, 9), default=5),
     "max_attempts": Field(Integer(1, 100, nullable=True), default=None),
     "deadline_seconds": Field(Integer(1, 31_536_000, nullable=True), default=None),
+    # P5: what a keyed submission does when its key is busy. Frozen with the task and part of
+    # its fingerprint; "wait" parks it (K4), "skip" accepts it ended CANCELLED (KEY_BUSY).
+    "if_busy": Field(Enum(("wait", "skip")), default="wait"),
 }
 TASK_SUBMIT = Shape(TASK_FIELDS)
+# Fields added after submissions were stored, with their defaults: a body that has the default
+# is fingerprinted without the field, as it was before, so a request replayed across the
+# upgrade is the same request (K1).
+LATER_DEFAULTS = {"if_busy": "wait"}
+
+
+def submission_fingerprint(body: dict[str, Any]) -> str:
+    """The idempotency fingerprint of a validated task body (a submission's, a batch item's or
+    a schedule's definition): SHA-256 of its canonical JSON, defaulted later fields left out."""
+    return jsontext.fingerprint(
+        {k: v for k, v in body.items() if k not in LATER_DEFAULTS or v != LATER_DEFAULTS[k]}
+    )
+
+
 TASK_RESOLVE = Shape(
     {
         "state": Field(Enum(("SUCCEEDED", "FAILED", "WAITING")), required=True),

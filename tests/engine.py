@@ -59,6 +59,7 @@ def submit_args(
         priority,
         max_attempts,
         deadline,
+        "wait",
         "test",
         None,
         None,

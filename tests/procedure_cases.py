@@ -176,6 +176,7 @@ def cases(eng, s):
                 5,
                 None,
                 None,
+                "wait",
                 "t",
                 None,
                 None,

@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orbit_shell import errors, jsontext
+from orbit_shell import errors, jsontext, validation
 from orbit_shell.engine import serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.dberrors import signal_error
 
 
 def submit_fields(body: dict[str, Any]) -> tuple:
-    """task_submit's parameters from the fingerprint to the deadline, for a validated task body
+    """task_submit's parameters from the fingerprint to if_busy, for a validated task body
     (a submission's, or a schedule's definition): every route fingerprints and stores it alike,
     so any route replays another's submission."""
     return (
-        jsontext.fingerprint(body),
+        validation.submission_fingerprint(body),
         body["handler"],
         body["handler_version"],
         body["payload_version"],
@@ -32,6 +32,8 @@ def submit_fields(body: dict[str, Any]) -> tuple:
         body["priority"],
         body["max_attempts"],
         body["deadline_seconds"],
+        # A schedule's definition stored before the field has none: it waits, as then.
+        body.get("if_busy", "wait"),
     )
 
 
@@ -63,7 +65,7 @@ def submit_many(
         {
             "queue": queue,
             "idempotency_key": key,
-            "fingerprint": jsontext.fingerprint(body),
+            "fingerprint": validation.submission_fingerprint(body),
             "handler": body["handler"],
             "handler_version": body["handler_version"],
             "payload_version": body["payload_version"],
@@ -74,6 +76,7 @@ def submit_many(
             # 0 for none (both are at least 1): no JSON nulls reach JSON_TABLE.
             "max_attempts": body["max_attempts"] or 0,
             "deadline_seconds": body["deadline_seconds"] or 0,
+            "if_busy": body.get("if_busy", "wait"),
         }
         for queue, key, body in items
     ]

@@ -122,6 +122,8 @@ class SubmitTaskRequest:
     priority: int | None = None
     max_attempts: int | None = None
     deadline_seconds: int | None = None
+    # "wait" (None: the server's default) or "skip": a busy key ends the task CANCELLED (P5).
+    if_busy: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         body = {
@@ -137,6 +139,7 @@ class SubmitTaskRequest:
             "priority",
             "max_attempts",
             "deadline_seconds",
+            "if_busy",
         ):
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)

@@ -36,7 +36,7 @@ from orbit_shell.sdk.transport import check_protocol, route_checked
 # The submission procedures' signatures and answers this SDK calls (worker_namespace answers
 # the database's number): raised with any change a direct producer of the previous number
 # would break on, so that such a producer is refused when it connects, not at a submission.
-SUBMIT_PROTOCOL = 1
+SUBMIT_PROTOCOL = 2
 
 
 class DirectProducer:

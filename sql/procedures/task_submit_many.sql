@@ -6,16 +6,17 @@
 -- Params: namespace, actor, items as a JSON array of objects {queue (internal id, scope-checked
 --   by the shell), idempotency_key, fingerprint, handler, handler_version, payload_version,
 --   payload (the stored JSON text, as a JSON string), business_key, concurrency_key, priority,
---   max_attempts, deadline_seconds}, where 0 (or null) means none for the last two (both are
---   at least 1 when given): no JSON nulls through JSON_TABLE, where MySQL 8 and MariaDB may
---   read them differently.
+--   max_attempts, deadline_seconds, if_busy}, where 0 (or null) means none for max_attempts
+--   and deadline_seconds (both are at least 1 when given): no JSON nulls through JSON_TABLE,
+--   where MySQL 8 and MariaDB may read them differently.
 -- Result set, one row per item in order: seq, item_error ('CODE: message' or NULL), task_id
 --   (public), created.
 --
 -- Two paths with one outcome. The common item, a task for a queue of this namespace whose
--- Idempotency-Key is new and named once in the batch, while every quota it counts against has
--- room for the whole batch, is accepted set-based when it and every item before it are such
--- items (ids keep the item order): a statement per step for the group instead of ~12 per item.
+-- Idempotency-Key is new and named once in the batch, which waits for a busy key (if_busy
+-- 'wait', or no key), while every quota it counts against has room for the whole batch, is
+-- accepted set-based when it and every item before it are such items (ids keep the item
+-- order): a statement per step for the group instead of ~12 per item.
 -- Its effects are task_submit_one's in item order (a WAITING task, READY or parked by the rule
 -- of key_lane, where an earlier item of the same key counts as the key's candidate, its
 -- idempotency record, the key's candidate, the unfinished counters, a SUBMITTED history row).
@@ -114,14 +115,17 @@ BEGIN
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY, queue BIGINT UNSIGNED PATH '$.queue',
              idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key',
-             concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.concurrency_key')) j
+             concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.concurrency_key',
+             if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin PATH '$.if_busy')) j
       STRAIGHT_JOIN queues q ON q.id = j.queue AND q.namespace_id = p_namespace_id
       -- Keys named once in the batch: derived tables, each read once (a correlated subquery
       -- over JSON_TABLE parsed the whole batch again for every item).
       STRAIGHT_JOIN (SELECT idempotency_key FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
               idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key')) o
              GROUP BY idempotency_key HAVING COUNT(*) = 1) once ON once.idempotency_key = j.idempotency_key
-     WHERE (q.max_unfinished IS NULL OR q.unfinished_tasks + v_n <= q.max_unfinished)
+     -- An item that may skip a busy key decides on the key's state item by item.
+     WHERE (j.concurrency_key = '' OR COALESCE(j.if_busy, 'wait') = 'wait')
+       AND (q.max_unfinished IS NULL OR q.unfinished_tasks + v_n <= q.max_unfinished)
        AND NOT EXISTS (SELECT 1 FROM idempotency_records r
                         WHERE r.namespace_id = p_namespace_id AND r.idempotency_key = j.idempotency_key);
     -- Only the leading run of such items: tasks take ids in item order, and ids order a
@@ -288,6 +292,7 @@ BEGIN
            NULLIF(JSON_EXTRACT(v_item, '$.max_attempts'), 0)),
         IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.deadline_seconds')) = 'NULL', NULL,
            NULLIF(JSON_EXTRACT(v_item, '$.deadline_seconds'), 0)),
+        COALESCE(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.if_busy')), 'wait'),
         p_actor, NULL, NULL, NULL, v_limits & 2, v_task, v_created);
     END item;
     SET v_out = JSON_ARRAY_APPEND(v_out, '$',

@@ -16,13 +16,19 @@
 -- of it waits for the first and then fails as a duplicate, which the caller turns into a retry
 -- of the whole call, and the retry answers the first one's task (K1).
 -- A busy key is not an error (K4): the task is parked as BLOCKED, consumes no attempt and
--- counts toward the unfinished quotas.
+-- counts toward the unfinished quotas. Unless the submission says if_busy 'skip' (P5): then a
+-- key already busy (an attempt holds it, or a task of it waits) accepts the task ended at
+-- once, CANCELLED with reason KEY_BUSY, counted in no quota. It is decided under the key row's
+-- lock, which every submission of the key takes, after the row is made for a new key: of two
+-- submissions of an idle key, the second sees the first's task. A skip of an unkeyed task
+-- changes nothing.
 CREATE PROCEDURE task_submit_one(
   IN p_namespace_id BIGINT UNSIGNED, IN p_queue_id BIGINT UNSIGNED,
   IN p_idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin, IN p_fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
   IN p_handler VARCHAR(200), IN p_handler_version VARCHAR(64), IN p_payload_version VARCHAR(64),
   IN p_payload MEDIUMTEXT, IN p_business_key VARCHAR(191), IN p_concurrency_key VARCHAR(191),
   IN p_priority TINYINT UNSIGNED, IN p_max_attempts INT UNSIGNED, IN p_deadline_seconds INT UNSIGNED,
+  IN p_if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin,
   IN p_actor VARCHAR(200), IN p_schedule_id BIGINT UNSIGNED, IN p_schedule_version INT UNSIGNED,
   IN p_fire_time DATETIME(6), IN p_unfinished_limited TINYINT,
   OUT p_task_id BIGINT UNSIGNED, OUT p_created TINYINT)
@@ -39,6 +45,10 @@ BEGIN
   DECLARE v_q_state VARCHAR(10);
   DECLARE v_lane VARCHAR(10);
   DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
+  DECLARE v_holder BIGINT UNSIGNED;
+  DECLARE v_candidate BIGINT UNSIGNED;
+  DECLARE v_waiting DATETIME(6);
+  DECLARE v_busy TINYINT DEFAULT 0;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_now DATETIME(6);
 
@@ -79,10 +89,23 @@ BEGIN
     -- than the change it waited for.
     SET v_now = UTC_TIMESTAMP(6);
 
+    IF p_concurrency_key <> '' AND p_if_busy = 'skip' THEN
+      CALL key_row_lock(p_namespace_id, p_concurrency_key, v_resource, v_holder, v_candidate,
+                        v_waiting);
+      -- Busy: held, or a task of the key waits in any lane (ix_tasks_key_lane: the first
+      -- entry of the key with a lane ends the read).
+      SET v_busy = v_holder IS NOT NULL OR EXISTS (
+        SELECT 1 FROM tasks FORCE INDEX (ix_tasks_key_lane)
+         WHERE namespace_id = p_namespace_id AND concurrency_key = p_concurrency_key
+           AND lane IS NOT NULL);
+    END IF;
+
     -- The lane is decided before the insert (task_enter_lane's rules for a task available
     -- now), so the new row's lane indexes are written once rather than inserted and updated.
     SET v_lane = 'READY';
-    IF p_concurrency_key <> '' THEN
+    IF v_busy THEN
+      SET v_lane = NULL;
+    ELSEIF p_concurrency_key <> '' THEN
       CALL key_lane(p_namespace_id, p_concurrency_key, v_q_state, v_resource, v_lane);
     END IF;
 
@@ -90,27 +113,34 @@ BEGIN
                        handler, handler_version, payload_version, payload, payload_bytes,
                        business_key, concurrency_key, priority, state, lane, max_attempts,
                        available_at, deadline_at, schedule_id, schedule_version, fire_time,
-                       created_at, updated_at)
+                       created_at, updated_at, finished_at, cancel_reason)
     VALUES (new_public_id(), p_namespace_id, v_app, p_queue_id, p_idempotency_key,
             p_handler, p_handler_version, p_payload_version, p_payload, LENGTH(p_payload),
             COALESCE(p_business_key, ''), COALESCE(p_concurrency_key, ''), p_priority,
-            'WAITING', v_lane, COALESCE(p_max_attempts, v_q_attempts), v_now,
+            IF(v_busy, 'CANCELLED', 'WAITING'), v_lane, COALESCE(p_max_attempts, v_q_attempts),
+            v_now,
             IF(p_deadline_seconds IS NULL, NULL, v_now + INTERVAL p_deadline_seconds SECOND),
-            p_schedule_id, p_schedule_version, p_fire_time, v_now, v_now);
+            p_schedule_id, p_schedule_version, p_fire_time, v_now, v_now,
+            IF(v_busy, v_now, NULL), IF(v_busy, 'KEY_BUSY', NULL));
     SET v_task = LAST_INSERT_ID();
     INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, task_id, created_at)
       VALUES (p_namespace_id, p_idempotency_key, p_fingerprint, v_task, v_now);
-    IF p_unfinished_limited THEN
+    IF p_unfinished_limited AND NOT v_busy THEN
       UPDATE applications SET unfinished_tasks = unfinished_tasks + 1 WHERE id = v_app;
     END IF;
-    IF v_q_max IS NOT NULL THEN
+    IF v_q_max IS NOT NULL AND NOT v_busy THEN
       UPDATE queues SET unfinished_tasks = unfinished_tasks + 1 WHERE id = p_queue_id;
     END IF;
     IF v_lane = 'READY' AND v_resource IS NOT NULL THEN
       UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = v_resource;
     END IF;
-    CALL history_add(v_task, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'WAITING', p_actor,
-                     CONCAT('lane=', v_lane));
+    IF v_busy THEN
+      CALL history_add(v_task, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'CANCELLED', p_actor,
+                       'if_busy=skip: the key was busy (KEY_BUSY)');
+    ELSE
+      CALL history_add(v_task, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'WAITING',
+                       p_actor, CONCAT('lane=', v_lane));
+    END IF;
     SET p_task_id = v_task, p_created = 1;
   END IF;
 END

@@ -19,5 +19,5 @@ BEGIN
   CALL namespace_resolve(p_application, p_environment, p_namespace, v_app, v_env, v_ns);
   CALL worker_account_check(v_ns);  -- L4: another tenant's names are not found
   SELECT v_app AS application_id, v_ns AS namespace_id, 3 AS worker_protocol,
-         1 AS submit_protocol;
+         2 AS submit_protocol;
 END

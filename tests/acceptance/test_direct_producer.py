@@ -59,7 +59,8 @@ def _answer(submit, key: str, request: SubmitTaskRequest):
     task = {
         k: v
         for k, v in made.task.raw.items()
-        if k not in ("task_id", "created_at", "updated_at", "available_at", "deadline_at")
+        if k
+        not in ("task_id", "created_at", "updated_at", "available_at", "deadline_at", "finished_at")
     }
     return (made.created, task)
 
@@ -69,6 +70,8 @@ def test_w9_each_submission_is_answered_as_the_route_answers_it(api, direct, ten
     cases = [
         _request(q),
         _request(q, concurrency_key="acct/1", business_key="order-1", priority=2),
+        _request(q, concurrency_key="acct/1", if_busy="skip"),  # busy: both end KEY_BUSY
+        _request(q, if_busy="never"),
         _request(q, max_attempts=5, deadline_seconds=60, payload={"nested": [1, {"a": None}]}),
         _request(q, handler=""),
         _request(q, priority=10),
@@ -170,7 +173,7 @@ def test_w9_the_account_records_itself_and_submits_to_its_namespace_only(
             mine = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
             with pytest.raises(pymysql.MySQLError, match="NOT_FOUND"):  # submit as the other
                 cur.execute(
-                    f"CALL {routine_name('task_submit')}({', '.join(['%s'] * 17)})",
+                    f"CALL {routine_name('task_submit')}({', '.join(['%s'] * 18)})",
                     submit_args(other.namespace_id, mine[0]["id"], "theirs-direct"),
                 )
     finally:
@@ -180,8 +183,9 @@ def test_w9_the_account_records_itself_and_submits_to_its_namespace_only(
 @pytest.mark.parametrize(
     "protocol, says",
     [
-        (None, "older than this producer (protocol 0, this producer speaks 1); run `orbit-migrate"),
-        (SUBMIT_PROTOCOL + 1, "newer than this producer (protocol 2, this producer speaks 1)"),
+        (None, "older than this producer (protocol 0, this producer speaks 2); run `orbit-migrate"),
+        (SUBMIT_PROTOCOL - 1, "older than this producer (protocol 1, this producer speaks 2)"),
+        (SUBMIT_PROTOCOL + 1, "newer than this producer (protocol 3, this producer speaks 2)"),
     ],
 )
 def test_w9_the_producer_refuses_submission_procedures_of_another_protocol(

@@ -317,6 +317,7 @@ def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, databa
         5,
         None,
         None,
+        "wait",
         "test",
         None,
         None,

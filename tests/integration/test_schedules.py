@@ -338,3 +338,24 @@ def test_l1_a_namespace_holds_at_most_1000_schedules(client, tenant, database):
         "SELECT COUNT(*) AS n FROM schedules WHERE namespace_id = %s", (tenant.namespace_id,)
     )
     assert count["n"] == 1000
+
+
+def test_p5_a_fire_skips_while_the_last_one_still_holds_the_key(
+    client, tenant, database, orbit_dsn
+):
+    """A schedule whose task says if_busy "skip" does not pile fires up behind a slow run:
+    a fire while the last one's task holds the key ends CANCELLED, KEY_BUSY."""
+    task = task_body(tenant.queue_id, concurrency_key="report/slow", if_busy="skip")
+    made = _post(client, tenant.headers, "skipping", task)
+    assert made.status_code == 201, made.text
+    sched = made.json["data"]
+    assert sched["definition"]["task"]["if_busy"] == "skip"
+    _make_due(orbit_dsn, sched["schedule_id"], 120)
+    assert schedules.fire_due(database) >= 1
+    [running] = Session(client, tenant).claim()
+    _make_due(orbit_dsn, sched["schedule_id"], 120)
+    assert schedules.fire_due(database) >= 1
+    fired = {t["task_id"]: t for t in _tasks(client, tenant)}
+    [second] = [t for t in fired if t != running["task"]["task_id"]]
+    read = client.simulate_get(f"/v1/tasks/{second}", headers=tenant.headers).json["data"]
+    assert (read["state"], read["cancel_reason"]) == ("CANCELLED", "KEY_BUSY")
