@@ -116,11 +116,9 @@ class Bench:
         )
         return session["session_id"]
 
-    def submit(
-        self, d: Database, idempotency_key: str, key: str = "", queue: int | None = None
-    ) -> None:
-        d.call(
-            "task_submit",
+    def submit_args(self, idempotency_key: str, key: str = "", queue: int | None = None) -> tuple:
+        """task_submit's arguments for a no-op task of the bench's namespace."""
+        return (
             self.ns,
             queue or self.queue,
             idempotency_key,
@@ -140,6 +138,11 @@ class Bench:
             None,
             None,
         )
+
+    def submit(
+        self, d: Database, idempotency_key: str, key: str = "", queue: int | None = None
+    ) -> None:
+        d.call("task_submit", *self.submit_args(idempotency_key, key, queue))
 
     # ---------------------------------------------------------------------------------------
     def ceiling(self, connections: int, seconds: float) -> float:

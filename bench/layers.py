@@ -165,31 +165,10 @@ def procedure_counters(bench: Bench) -> dict[str, int]:
                 return sum(int(r["Value"]) for r in cur.fetchall())
 
         def call(key: str) -> None:
+            args = bench.submit_args(key)
             with conn.cursor() as cur:
-                cur.execute(
-                    f"CALL {bench.db.routine('task_submit')}"
-                    "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-                    (
-                        bench.ns,
-                        bench.queue,
-                        key,
-                        "0" * 64,
-                        "noop",
-                        "v1",
-                        "v1",
-                        "{}",
-                        "",
-                        "",
-                        5,
-                        None,
-                        None,
-                        "wait",
-                        "bench",
-                        None,
-                        None,
-                        None,
-                    ),
-                )
+                marks = ", ".join(["%s"] * len(args))
+                cur.execute(f"CALL {bench.db.routine('task_submit')}({marks})", args)
                 while cur.nextset():
                     pass
 

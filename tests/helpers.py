@@ -186,3 +186,23 @@ def account_dsn(orbit_dsn, server, name: str, out, tenant, procedures=None) -> s
     url = urlparse(doc["dsn"])
     suffix = f"?unix_socket={server.socket}" if server.socket else ""
     return f"mysql://{url.username}:{url.password}@{server.host}:{server.port}{url.path}{suffix}"
+
+
+def answer_protocol(dsn: str, column: str, protocol: int | None) -> None:
+    """Install ``worker_namespace`` anew with the protocol number it answers in ``column``
+    (worker_protocol, submit_protocol) changed to ``protocol``, or left out for None: a
+    database of another version, as a direct worker or producer would meet it."""
+    from orbit_shell.engine import schema
+
+    body = schema.versioned_body(next(r for r in schema.routines() if r.name == "worker_namespace"))
+    [answer] = [line for line in body.splitlines() if f"AS {column}" in line]
+    number = answer.split(f"AS {column}")[0].rsplit(None, 1)[-1]
+    other = "" if protocol is None else f"{protocol} AS {column}"
+    changed = body.replace(f"{number} AS {column}", other or "NULL AS unused_protocol")
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP PROCEDURE {schema.routine_name('worker_namespace')}")
+            cur.execute(changed)
+    finally:
+        conn.close()

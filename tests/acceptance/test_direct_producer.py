@@ -19,7 +19,7 @@ from orbit_shell.sdk.models import ApiError, NotFoundError, SubmitReceipt, Submi
 from orbit_shell.sdk.producer import SUBMIT_PROTOCOL, DirectProducer
 from tests.conftest import make_tenant
 from tests.engine import submit_args
-from tests.helpers import account_dsn
+from tests.helpers import account_dsn, answer_protocol
 
 
 @pytest.fixture
@@ -198,17 +198,7 @@ def test_w9_the_producer_refuses_submission_procedures_of_another_protocol(
     database = db.Database(fresh_dsn, pool_size=1)
     tenant = make_tenant(database, tmp_path)
     DirectProducer(fresh_dsn, tenant.application, "test", tenant.namespace).close()
-    body = schema.versioned_body(next(r for r in schema.routines() if r.name == "worker_namespace"))
-    column = f"{SUBMIT_PROTOCOL} AS submit_protocol"
-    assert column in body
-    other = "" if protocol is None else f"{protocol} AS submit_protocol"
-    conn = db.connect(fresh_dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP PROCEDURE {routine_name('worker_namespace')}")
-            cur.execute(body.replace(",\n         " + column, other and ", " + other))
-    finally:
-        conn.close()
+    answer_protocol(fresh_dsn, "submit_protocol", protocol)
     with pytest.raises(SchemaMismatch) as info:
         DirectProducer(fresh_dsn, tenant.application, "test", tenant.namespace)
     assert says in str(info.value)

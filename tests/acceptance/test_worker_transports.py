@@ -30,7 +30,7 @@ from orbit_shell.sdk.transport import WORKER_PROTOCOL, HttpTransport, MysqlTrans
 from orbit_shell.sdk.worker import Retry, UnknownOutcome, Worker
 from tests.acceptance.proxy import FailingProxy
 from tests.conftest import make_tenant
-from tests.helpers import account_dsn
+from tests.helpers import account_dsn, answer_protocol
 
 
 @pytest.fixture
@@ -855,17 +855,7 @@ def test_the_direct_transport_refuses_worker_procedures_of_another_protocol(
     database = Database(fresh_dsn, pool_size=1)
     tenant = make_tenant(database, tmp_path)
     assert MysqlTransport(fresh_dsn, tenant.application, "test", tenant.namespace).namespace_id
-    body = schema.versioned_body(next(r for r in schema.routines() if r.name == "worker_namespace"))
-    column = f"{WORKER_PROTOCOL} AS worker_protocol"
-    assert column in body
-    other = "" if protocol is None else f", {protocol} AS worker_protocol"
-    conn = db.connect(fresh_dsn)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP PROCEDURE {schema.routine_name('worker_namespace')}")
-            cur.execute(body.replace(", " + column, other))
-    finally:
-        conn.close()
+    answer_protocol(fresh_dsn, "worker_protocol", protocol)
     with pytest.raises(SchemaMismatch) as info:
         MysqlTransport(fresh_dsn, tenant.application, "test", tenant.namespace)
     assert says in str(info.value)
