@@ -383,8 +383,9 @@ TASK_FIELDS = {
     "max_attempts": Field(Integer(1, 100, nullable=True), default=None),
     "deadline_seconds": Field(Integer(1, 31_536_000, nullable=True), default=None),
     # P5: what a keyed submission does when its key is busy. Frozen with the task and part of
-    # its fingerprint; "wait" parks it (K4), "skip" accepts it ended CANCELLED (KEY_BUSY).
-    "if_busy": Field(Enum(("wait", "skip")), default="wait"),
+    # its fingerprint; "wait" parks it (K4), "skip" accepts it ended CANCELLED (KEY_BUSY),
+    # "replace" cancels the key's waiting tasks of its handler (REPLACED) and waits.
+    "if_busy": Field(Enum(("wait", "skip", "replace")), default="wait"),
 }
 TASK_SUBMIT = Shape(TASK_FIELDS)
 # Fields added after submissions were stored, with their defaults: a body that has the default

@@ -90,6 +90,7 @@ def task_detail(row: dict[str, Any]) -> dict[str, Any]:
             "result": _json(row["result"]),
             "error": _json(row["error"]),
             "cancel_reason": cancel_reason(row),
+            "replaced_by_task_id": row.get("replaced_by_public_id"),
         }
     )
     return out

@@ -170,6 +170,7 @@ class Task:
     schedule_version: int | None = None
     fire_time: str | None = None
     cancel_reason: str | None = None
+    replaced_by_task_id: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod

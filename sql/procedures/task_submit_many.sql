@@ -20,16 +20,17 @@
 -- Its effects are task_submit_one's in item order (a WAITING task, READY or parked by the rule
 -- of key_lane, where an earlier item of the same key counts as the key's candidate, its
 -- idempotency record, the key's candidate, the unfinished counters, a SUBMITTED history row).
--- Every other item goes through task_submit_one in order behind its savepoint, after the
--- group, whose rows it sees as a later submission would; they share no Idempotency-Key, and
--- with room for the whole batch no quota check depends on which group went first.
+-- Every other item (an if_busy 'skip' or 'replace' one among them) goes through
+-- task_submit_one in order behind its savepoint, after the group, whose rows it sees as a
+-- later submission would; they share no Idempotency-Key, and with room for the whole batch no
+-- quota check depends on which group went first.
 -- Locks, in order: a gate of the namespace (namespace_gate) and, under an unfinished-task
--- quota, the applications row; the batch's queues rows that have max_unfinished (queues_lock:
--- id order); every existing key row the batch names (keys_lock: key order, all at once), then
+-- quota, the applications row; the batch's queues rows that have max_unfinished, and those of
+-- the tasks its replacing items may replace (queues_lock: id order); every existing key row the batch names (keys_lock: key order, all at once), then
 -- the token floors of the group's new keys (shared, key_floor's rule) and their new key rows
 -- (inserted in key order, each at its floor); then the new tasks and idempotency rows;
--- then per remaining item those of task_submit_one (rows it holds already, and a key it names
--- first). Deadlocks and lock-wait timeouts roll back the whole batch; the shell retries it. A
+-- then per remaining item those of task_submit_one (rows it holds already, a key it names
+-- first, and the tasks it replaces, after their key). Deadlocks and lock-wait timeouts roll back the whole batch; the shell retries it. A
 -- concurrent submission of one of its Idempotency-Keys makes the batch's insert of that record
 -- a duplicate once the other commits: the batch is rolled back and answered as a deadlock
 -- (1213), and the shell's retry finds the record (task_submit's rule).
@@ -60,6 +61,7 @@ BEGIN
   DECLARE v_keys MEDIUMTEXT;
   DECLARE v_items_read TINYINT DEFAULT 0;
   DECLARE v_floors INT;
+  DECLARE v_queues MEDIUMTEXT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   DECLARE EXIT HANDLER FOR 1062
   BEGIN
@@ -94,8 +96,19 @@ BEGIN
   END IF;
   IF v_app IS NOT NULL THEN
     -- The batch's queues that count their unfinished tasks, locked in id order; a queue
-    -- without the limit is never locked.
-    CALL queues_lock(p_namespace_id, p_items, 8, v_limited_ids);
+    -- without the limit is never locked. With them, those of the tasks a replacing item may
+    -- replace (replace_queues' read, for every such item at once).
+    SELECT JSON_MERGE_PRESERVE(p_items, COALESCE(JSON_ARRAYAGG(JSON_OBJECT('queue', t.queue_id)), '[]'))
+      INTO v_queues
+      FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
+             k VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.concurrency_key',
+             handler VARCHAR(200) PATH '$.handler',
+             if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin PATH '$.if_busy')) j
+      STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_key_lane)
+        ON t.namespace_id = p_namespace_id AND t.concurrency_key = j.k AND t.lane IS NOT NULL
+       AND t.handler = j.handler
+     WHERE j.if_busy = 'replace' AND j.k <> '';
+    CALL queues_lock(p_namespace_id, v_queues, 8, v_limited_ids);
     -- Every key the batch names that has a row, in key order, before any other key row: the
     -- group's and the remaining items' alike.
     SELECT JSON_ARRAYAGG(k) INTO v_keys
@@ -293,7 +306,7 @@ BEGIN
         IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.deadline_seconds')) = 'NULL', NULL,
            NULLIF(JSON_EXTRACT(v_item, '$.deadline_seconds'), 0)),
         COALESCE(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.if_busy')), 'wait'),
-        p_actor, NULL, NULL, NULL, v_limits & 2, v_task, v_created);
+        p_actor, NULL, NULL, NULL, v_limits & 2, v_limited_ids, v_task, v_created);
     END item;
     SET v_out = JSON_ARRAY_APPEND(v_out, '$',
                   JSON_OBJECT('seq', v_i, 'task', COALESCE(v_task, 0), 'created', COALESCE(v_created, 0),

@@ -20,8 +20,13 @@
 -- key already busy (an attempt holds it, or a task of it waits) accepts the task ended at
 -- once, CANCELLED with reason KEY_BUSY, counted in no quota. It is decided under the key row's
 -- lock, which every submission of the key takes, after the row is made for a new key: of two
--- submissions of an idle key, the second sees the first's task. A skip of an unkeyed task
--- changes nothing.
+-- submissions of an idle key, the second sees the first's task. With 'replace', the key's
+-- tasks of the same handler that wait (any lane, so none holds a permit) are cancelled first,
+-- reason REPLACED, each naming the new task, which then waits as usual; a task another
+-- transaction holds at that moment (a claim taking it) is left to run. Their queues' rows,
+-- where unfinished tasks are counted, were locked by the caller before the key (p_locked:
+-- queues_lock's list); a victim in a limited queue not in it joined the key since, and the
+-- call is answered as a deadlock, retried whole. if_busy changes nothing for an unkeyed task.
 CREATE PROCEDURE task_submit_one(
   IN p_namespace_id BIGINT UNSIGNED, IN p_queue_id BIGINT UNSIGNED,
   IN p_idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin, IN p_fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
@@ -30,7 +35,7 @@ CREATE PROCEDURE task_submit_one(
   IN p_priority TINYINT UNSIGNED, IN p_max_attempts INT UNSIGNED, IN p_deadline_seconds INT UNSIGNED,
   IN p_if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin,
   IN p_actor VARCHAR(200), IN p_schedule_id BIGINT UNSIGNED, IN p_schedule_version INT UNSIGNED,
-  IN p_fire_time DATETIME(6), IN p_unfinished_limited TINYINT,
+  IN p_fire_time DATETIME(6), IN p_unfinished_limited TINYINT, IN p_locked TEXT,
   OUT p_task_id BIGINT UNSIGNED, OUT p_created TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -49,6 +54,13 @@ BEGIN
   DECLARE v_candidate BIGINT UNSIGNED;
   DECLARE v_waiting DATETIME(6);
   DECLARE v_busy TINYINT DEFAULT 0;
+  DECLARE v_replaced MEDIUMTEXT DEFAULT '[]';
+  DECLARE v_last BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_victim BIGINT UNSIGNED;
+  DECLARE v_victim_queue BIGINT UNSIGNED;
+  DECLARE v_victim_lane VARCHAR(10);
+  DECLARE v_victim_limits TINYINT UNSIGNED;
+  DECLARE v_i INT DEFAULT 0;
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_now DATETIME(6);
 
@@ -100,6 +112,38 @@ BEGIN
            AND lane IS NOT NULL);
     END IF;
 
+    IF p_concurrency_key <> '' AND p_if_busy = 'replace' THEN
+      CALL key_row_lock(p_namespace_id, p_concurrency_key, v_resource, v_holder, v_candidate,
+                        v_waiting);
+      -- The key's waiting tasks of this handler in id order (ix_tasks_ns_key), each read
+      -- plainly, then locked without waiting: one locked elsewhere is being changed (a claim
+      -- takes it, a cancel or the sweeper ends it) and is left alone.
+      victims: LOOP
+        SET v_victim = NULL;
+        SELECT id, queue_id INTO v_victim, v_victim_queue
+          FROM tasks FORCE INDEX (ix_tasks_ns_key)
+         WHERE namespace_id = p_namespace_id AND concurrency_key = p_concurrency_key
+           AND id > v_last AND lane IS NOT NULL AND handler = p_handler
+         ORDER BY id LIMIT 1;
+        IF v_victim IS NULL THEN LEAVE victims; END IF;
+        SET v_last = v_victim, v_victim_lane = NULL;
+        SELECT 8 * (max_unfinished IS NOT NULL) INTO v_victim_limits
+          FROM queues WHERE id = v_victim_queue;
+        IF v_victim_limits > 0 AND FIND_IN_SET(v_victim_queue, p_locked) = 0 THEN
+          SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
+            MESSAGE_TEXT = 'a task of another queue joined the key while it was replaced; retry';
+        END IF;
+        SELECT lane INTO v_victim_lane FROM tasks WHERE id = v_victim FOR UPDATE SKIP LOCKED;
+        IF v_victim_lane IS NOT NULL THEN
+          CALL task_leave_lane(v_victim);
+          CALL task_finish(v_victim, v_app, v_victim_queue, 'CANCELLED', NULL, NULL,
+                           v_victim_limits | p_unfinished_limited);
+          UPDATE tasks SET cancel_reason = 'REPLACED' WHERE id = v_victim;
+          SET v_replaced = JSON_ARRAY_APPEND(v_replaced, '$', v_victim);
+        END IF;
+      END LOOP victims;
+    END IF;
+
     -- The lane is decided before the insert (task_enter_lane's rules for a task available
     -- now), so the new row's lane indexes are written once rather than inserted and updated.
     SET v_lane = 'READY';
@@ -134,6 +178,15 @@ BEGIN
     IF v_lane = 'READY' AND v_resource IS NOT NULL THEN
       UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = v_resource;
     END IF;
+    -- The replaced tasks name their replacement (known now) in their row and history.
+    WHILE v_i < JSON_LENGTH(v_replaced) DO
+      SET v_victim = JSON_EXTRACT(v_replaced, CONCAT('$[', v_i, ']'));
+      UPDATE tasks SET replaced_by_task_id = v_task WHERE id = v_victim;
+      CALL history_add(v_victim, p_namespace_id, NULL, NULL, 'CANCELLED', 'WAITING', 'CANCELLED',
+                       p_actor, CONCAT('if_busy=replace: replaced by task ',
+                                       (SELECT public_id FROM tasks WHERE id = v_task)));
+      SET v_i = v_i + 1;
+    END WHILE;
     IF v_busy THEN
       CALL history_add(v_task, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'CANCELLED', p_actor,
                        'if_busy=skip: the key was busy (KEY_BUSY)');

@@ -30,11 +30,16 @@ def _tasks_in_every_state(client, tenant) -> dict[str, str]:
     """One task per state a user meets, made through the API: name -> task id."""
     slow = _queue(client, tenant, name="slow-retry", retry_backoff_seconds=3600)
     out = {"running": _task(client, tenant, concurrency_key="st/key", handler="st.holder")}
-    out["parked"] = _task(client, tenant, concurrency_key="st/key", handler="st.parked")
     on_default = Session(client, tenant, capacity=1)
     [held] = on_default.claim(1)
     assert held["task"]["task_id"] == out["running"]
     assert on_default.start(held["attempt_id"]).status_code == 200
+    out["skipped"] = _task(client, tenant, concurrency_key="st/key", if_busy="skip")
+    out["replaced"] = _task(client, tenant, concurrency_key="st/key", handler="st.parked")
+    out["replacing"] = _task(
+        client, tenant, concurrency_key="st/key", handler="st.parked", if_busy="replace"
+    )
+    out["parked"] = _task(client, tenant, concurrency_key="st/key", handler="st.parked.more")
     out["ready"] = _task(client, tenant, handler="st.ready")
     out["deadline"] = _task(client, tenant, handler="st.deadline", deadline_seconds=1)
     for name in ("leased", "succeeded", "failed", "review", "backoff", "cancelled"):
@@ -77,6 +82,9 @@ def test_v2_the_task_page_renders_a_task_in_every_state(browser, orbit_server, c
         "failed": "FAILED",
         "review": "NEEDS_REVIEW",
         "cancelled": "CANCELLED",
+        "skipped": "CANCELLED",
+        "replaced": "CANCELLED",
+        "replacing": "WAITING",
         "deadline": "DEADLINE_EXCEEDED",
     }
     page = signed_in(browser, orbit_server, tenant.token)
@@ -89,7 +97,7 @@ def test_v2_the_task_page_renders_a_task_in_every_state(browser, orbit_server, c
         assert page.locator("dd .badge").first.inner_text() == state, name
         seen.add(state)
         notes = page.locator("p.note").all_inner_texts()
-        if name == "parked":
+        if name in ("parked", "replacing"):
             assert any("Waiting for key st/key" in n for n in notes), notes
         elif name == "backoff":
             assert any(n.startswith("In backoff until") for n in notes), notes
@@ -97,11 +105,18 @@ def test_v2_the_task_page_renders_a_task_in_every_state(browser, orbit_server, c
             assert notes == [], (name, notes)
         if name == "review":
             assert page.locator("form[action$='/resolve']").count() == 1
-        if name in ("ready", "parked", "backoff"):
+        if name in ("ready", "parked", "replacing", "backoff"):
             assert page.get_by_role("button", name="Cancel this task").count() == 1
         reason = page.locator("#cancel-reason")
         if name == "cancelled":
             assert reason.inner_text() == "cancelled by a user"
+        elif name == "skipped":
+            assert reason.inner_text() == "skipped: its key was busy"
+        elif name == "replaced":
+            assert reason.inner_text().startswith("replaced by " + ids["replacing"][:12])
+            assert page.locator("#replaced-by").get_attribute("href") == (
+                f"/ui/tasks/{ids['replacing']}"
+            )
         else:
             assert reason.count() == 0, name
     assert seen == set(expected.values())

@@ -120,3 +120,118 @@ def test_p5_two_concurrent_skips_of_an_idle_key_never_both_run(client, tenant, d
     for round_ in range(20):
         answers = pair(f"skip/race/{round_}-{secrets.token_hex(3)}")
         assert sorted(a["state"] for a in answers) == ["CANCELLED", "WAITING"], answers
+
+
+def test_p5_replace_cancels_the_keys_waiting_tasks_of_its_handler_and_waits(client, tenant):
+    """The holder runs on; the waiting tasks of the same handler, READY or parked, in any
+    queue, end CANCELLED (REPLACED) naming the new task; another handler's task stays; the
+    new task waits behind the holder as any submission."""
+    held = submit(client, tenant, None, 201, concurrency_key="rep/a").json["data"]["task_id"]
+    session = Session(client, tenant)
+    [lease] = session.claim()
+    assert lease["task"]["task_id"] == held
+    other = client.simulate_post(
+        "/v1/queues", json={"name": "q-" + secrets.token_hex(3)}, headers=tenant.headers
+    ).json["data"]["queue_id"]
+    parked = [
+        submit(client, tenant, None, 201, concurrency_key="rep/a").json["data"]["task_id"],
+        submit(client, tenant, None, 201, concurrency_key="rep/a", queue_id=other).json["data"][
+            "task_id"
+        ],
+    ]
+    kept = submit(client, tenant, None, 201, concurrency_key="rep/a", handler="other.job")
+    idem = "rep-" + secrets.token_hex(4)
+    new = submit(client, tenant, idem, 201, concurrency_key="rep/a", if_busy="replace")
+    new_id = new.json["data"]["task_id"]
+    assert new.json["data"]["state"] == "WAITING"
+    for task_id in parked:
+        read = _task(client, tenant, task_id)
+        assert (read["state"], read["cancel_reason"], read["replaced_by_task_id"]) == (
+            "CANCELLED",
+            "REPLACED",
+            new_id,
+        )
+        history = client.simulate_get(f"/v1/tasks/{task_id}/history", headers=tenant.headers).json[
+            "data"
+        ]
+        assert history[-1]["details"] == f"if_busy=replace: replaced by task {new_id}"
+    assert _task(client, tenant, kept.json["data"]["task_id"])["state"] == "WAITING"
+    assert _task(client, tenant, held)["state"] == "LEASED"
+    again = submit(client, tenant, idem, 200, concurrency_key="rep/a", if_busy="replace")
+    assert again.json["data"]["task_id"] == new_id
+    session.start(lease["attempt_id"])
+    session.finish(lease["attempt_id"])
+    # The key's next tasks run in order: the other handler's, then the replacement.
+    [first] = session.claim()
+    assert first["task"]["task_id"] == kept.json["data"]["task_id"]
+    session.start(first["attempt_id"])
+    session.finish(first["attempt_id"])
+    [second] = session.claim()
+    assert second["task"]["task_id"] == new_id
+
+
+def test_p5_replace_gives_back_the_unfinished_count_of_a_limited_queue(client, tenant):
+    limited = client.simulate_post(
+        "/v1/queues",
+        json={"name": "lim-" + secrets.token_hex(3), "max_unfinished": 5},
+        headers=tenant.headers,
+    ).json["data"]["queue_id"]
+    for _ in range(3):
+        submit(client, tenant, None, 201, concurrency_key="rep/lim", queue_id=limited)
+    queue = client.simulate_get(f"/v1/queues/{limited}", headers=tenant.headers).json["data"]
+    assert queue["unfinished_tasks"] == 3
+    submit(client, tenant, None, 201, concurrency_key="rep/lim", if_busy="replace")
+    queue = client.simulate_get(f"/v1/queues/{limited}", headers=tenant.headers).json["data"]
+    assert queue["unfinished_tasks"] == 0
+
+
+def test_p5_two_concurrent_replaces_leave_one_waiting(client, tenant):
+    """Each cancels what waits under the key's lock: of two at once, the later replaces the
+    earlier, never both waiting."""
+
+    def pair(key: str) -> list[dict]:
+        answers: list[dict] = []
+        start = threading.Barrier(2)
+
+        def one() -> None:
+            start.wait()
+            made = submit(client, tenant, None, 201, concurrency_key=key, if_busy="replace")
+            answers.append(made.json["data"])
+
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        return answers
+
+    for round_ in range(20):
+        answers = pair(f"rep/race/{round_}-{secrets.token_hex(3)}")
+        states = sorted(_task(client, tenant, a["task_id"])["state"] for a in answers)
+        assert states == ["CANCELLED", "WAITING"], answers
+
+
+def test_p5_a_batch_replaces_item_by_item(client, tenant):
+    def item(handler: str = "h", **fields) -> dict:
+        return {
+            "idempotency_key": "b-" + secrets.token_hex(4),
+            "queue_id": tenant.queue_id,
+            "handler": handler,
+            "handler_version": "v1",
+            "payload_version": "v1",
+            "payload": {},
+            "concurrency_key": "rep/batch",
+            **fields,
+        }
+
+    body = {"tasks": [item(), item(), item(if_busy="replace"), item(handler="x")]}
+    answer = client.simulate_post("/v1/tasks/batch", json=body, headers=tenant.headers)
+    ids = [r["data"]["task_id"] for r in answer.json["data"]["results"]]
+    reads = [_task(client, tenant, i) for i in ids]
+    assert [(r["state"], r["cancel_reason"]) for r in reads] == [
+        ("CANCELLED", "REPLACED"),
+        ("CANCELLED", "REPLACED"),
+        ("WAITING", None),
+        ("WAITING", None),
+    ]
+    assert {r["replaced_by_task_id"] for r in reads[:2]} == {ids[2]}
