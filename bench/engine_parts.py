@@ -133,6 +133,8 @@ class Bench:
             None,
             None,
             "wait",
+            None,
+            None,
             "bench",
             None,
             None,

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orbit_shell import jsontext
 from orbit_shell.errors import InvalidArgument, field_error
 from orbit_shell.jsontext import MAX_JSON_DEPTH
 
@@ -371,36 +370,6 @@ QUEUE_CREATE = Shape(
     },
 )
 
-TASK_FIELDS = {
-    "queue_id": Field(Hex32(), required=True),
-    "handler": Field(Text(1, 200), required=True),
-    "handler_version": Field(Text(1, 64), required=True),
-    "payload_version": Field(Text(1, 64), required=True),
-    "payload": Field(AnyJson(), required=True),
-    "business_key": Field(Text(0, 191), default=""),
-    "concurrency_key": Field(ConcurrencyKey(), default=""),
-    "priority": Field(Integer(0, 9), default=5),
-    "max_attempts": Field(Integer(1, 100, nullable=True), default=None),
-    "deadline_seconds": Field(Integer(1, 31_536_000, nullable=True), default=None),
-    # P5: what a keyed submission does when its key is busy. Frozen with the task and part of
-    # its fingerprint; "wait" parks it (K4), "skip" accepts it ended CANCELLED (KEY_BUSY),
-    # "replace" cancels the key's waiting tasks of its handler (REPLACED) and waits.
-    "if_busy": Field(Enum(("wait", "skip", "replace")), default="wait"),
-}
-TASK_SUBMIT = Shape(TASK_FIELDS)
-# Fields added after submissions were stored, with their defaults: a body that has the default
-# is fingerprinted without the field, as it was before, so a request replayed across the
-# upgrade is the same request (K1).
-LATER_DEFAULTS = {"if_busy": "wait"}
-
-
-def submission_fingerprint(body: dict[str, Any]) -> str:
-    """The idempotency fingerprint of a validated task body (a submission's, a batch item's or
-    a schedule's definition): SHA-256 of its canonical JSON, defaulted later fields left out."""
-    return jsontext.fingerprint(
-        {k: v for k, v in body.items() if k not in LATER_DEFAULTS or v != LATER_DEFAULTS[k]}
-    )
-
 
 TASK_RESOLVE = Shape(
     {
@@ -444,19 +413,3 @@ def idempotency_key(header: str | None) -> str:
 # Batch routes: at most BATCH_MAX items, each with the semantics, idempotency and errors of the
 # single route. A malformed item rejects the whole request (400, nothing done).
 BATCH_MAX = 100
-TASK_BATCH = Shape(
-    {
-        "tasks": Field(
-            ListOf(
-                Object(
-                    Shape(
-                        {"idempotency_key": Field(IdempotencyKey(), required=True), **TASK_FIELDS}
-                    )
-                ),
-                1,
-                BATCH_MAX,
-            ),
-            required=True,
-        )
-    }
-)

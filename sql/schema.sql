@@ -254,6 +254,7 @@ CREATE TABLE `tasks` (
   `payload_bytes` int(10) unsigned DEFAULT NULL COMMENT 'Bytes of the payload text, written at submission; NULL: submitted before this column, measured with LENGTH(payload)',
   `cancel_reason` enum('CANCELLED_BY_USER','KEY_BUSY','REPLACED') DEFAULT NULL COMMENT 'Why a CANCELLED task was: a cancel (CANCELLED_BY_USER), if_busy skip on a busy key (KEY_BUSY), a replace (REPLACED); NULL otherwise, and on tasks cancelled before this column (all by a cancel)',
   `replaced_by_task_id` bigint(20) unsigned DEFAULT NULL COMMENT 'tasks.id of the submission that replaced this task (cancel_reason REPLACED); NULL otherwise',
+  `burst_started_at` datetime(6) DEFAULT NULL COMMENT 'A debounced task: when the burst of submissions it continues began (its first, or the earliest a replaced task carried), UTC; NULL otherwise',
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_tasks_public_id` (`public_id`),
   KEY `ix_tasks_claim` (`queue_id`,`lane`,`priority`,`id`),

@@ -60,6 +60,8 @@ def submit_args(
         max_attempts,
         deadline,
         "wait",
+        None,
+        None,
         "test",
         None,
         None,

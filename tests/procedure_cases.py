@@ -177,6 +177,8 @@ def cases(eng, s):
                 None,
                 None,
                 "wait",
+                None,
+                None,
                 "t",
                 None,
                 None,

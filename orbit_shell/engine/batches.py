@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orbit_shell import errors, jsontext, validation
+from orbit_shell import errors, jsontext, task_shapes
 from orbit_shell.engine import serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.dberrors import signal_error
@@ -22,7 +22,7 @@ def submit_fields(body: dict[str, Any]) -> tuple:
     (a submission's, or a schedule's definition): every route fingerprints and stores it alike,
     so any route replays another's submission."""
     return (
-        validation.submission_fingerprint(body),
+        task_shapes.submission_fingerprint(body),
         body["handler"],
         body["handler_version"],
         body["payload_version"],
@@ -32,9 +32,16 @@ def submit_fields(body: dict[str, Any]) -> tuple:
         body["priority"],
         body["max_attempts"],
         body["deadline_seconds"],
-        # A schedule's definition stored before the field has none: it waits, as then.
+        # A schedule's definition stored before these fields has none: it waits, as then.
         body.get("if_busy", "wait"),
+        *_debounce(body),
     )
+
+
+def _debounce(body: dict[str, Any]) -> tuple[int | None, int | None]:
+    """task_submit's debounce parameters: delay and longest wait in ms, or NULLs."""
+    debounce = body.get("debounce")
+    return (debounce["delay_ms"], debounce["max_wait_ms"]) if debounce else (None, None)
 
 
 def submit_one(db: Database, procedure: str, *args: Any) -> dict[str, Any]:
@@ -65,7 +72,7 @@ def submit_many(
         {
             "queue": queue,
             "idempotency_key": key,
-            "fingerprint": validation.submission_fingerprint(body),
+            "fingerprint": task_shapes.submission_fingerprint(body),
             "handler": body["handler"],
             "handler_version": body["handler_version"],
             "payload_version": body["payload_version"],
@@ -77,6 +84,9 @@ def submit_many(
             "max_attempts": body["max_attempts"] or 0,
             "deadline_seconds": body["deadline_seconds"] or 0,
             "if_busy": body.get("if_busy", "wait"),
+            # 0 for none, as the two above.
+            "debounce_delay_ms": _debounce(body)[0] or 0,
+            "debounce_max_wait_ms": _debounce(body)[1] or 0,
         }
         for queue, key, body in items
     ]

@@ -122,8 +122,10 @@ class SubmitTaskRequest:
     priority: int | None = None
     max_attempts: int | None = None
     deadline_seconds: int | None = None
-    # "wait" (None: the server's default) or "skip": a busy key ends the task CANCELLED (P5).
+    # "wait" (None: the server's default), "skip" or "replace": what a busy key does (P5).
     if_busy: str | None = None
+    # {"delay_ms": D, "max_wait_ms": W}: a burst on the key runs once, the newest (P5).
+    debounce: dict[str, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
         body = {
@@ -140,6 +142,7 @@ class SubmitTaskRequest:
             "max_attempts",
             "deadline_seconds",
             "if_busy",
+            "debounce",
         ):
             if getattr(self, name) is not None:
                 body[name] = getattr(self, name)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orbit_shell import errors, validation
+from orbit_shell import errors, task_shapes, validation
 from orbit_shell.engine import batches, schema, serialize
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.schema import SchemaMismatch
@@ -85,7 +85,7 @@ class DirectProducer:
         """
         with local_errors():
             idem = validation.idempotency_key(idempotency_key)
-        body = route_checked(validation.TASK_SUBMIT, request.to_json(), sized=True)
+        body = route_checked(task_shapes.TASK_SUBMIT, request.to_json(), sized=True)
         queue = self._queue(body["queue_id"])
         with local_errors():
             row = batches.submit_one(
@@ -109,7 +109,7 @@ class DirectProducer:
         """As ``Client.submit_tasks``: up to 100, in one transaction, each item answered with
         its receipt or its own error."""
         document = {"tasks": [{"idempotency_key": k, **r.to_json()} for k, r in items]}
-        body = route_checked(validation.TASK_BATCH, document, sized=True)
+        body = route_checked(task_shapes.TASK_BATCH, document, sized=True)
         answers: list[Any] = [None] * len(body["tasks"])
         chosen = []
         for i, task in enumerate(body["tasks"]):

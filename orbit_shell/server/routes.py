@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orbit_shell import task_shapes
 from orbit_shell import validation as v
 from orbit_shell import worker_shapes as w
 from orbit_shell.server import schedules as sch
@@ -67,7 +68,7 @@ ROUTES: list[Route] = [
             "post": Op(
                 "Submit a task (Idempotency-Key header required)",
                 "tasks:submit",
-                v.TASK_SUBMIT,
+                task_shapes.TASK_SUBMIT,
                 201,
             ),
             "get": Op("List tasks (filters, cursor pagination)", "tasks:read"),
@@ -81,7 +82,7 @@ ROUTES: list[Route] = [
             "post": Op(
                 "Submit up to 100 tasks, each with its own idempotency_key and result",
                 "tasks:submit",
-                v.TASK_BATCH,
+                task_shapes.TASK_BATCH,
                 response="BatchEnvelope",
             )
         },

@@ -27,7 +27,7 @@ from typing import Any
 
 from croniter import CroniterBadDateError, croniter
 
-from orbit_shell import errors, validation
+from orbit_shell import errors, task_shapes, validation
 from orbit_shell.engine import batches
 from orbit_shell.engine.db import Database
 from orbit_shell.errors import field_error
@@ -167,14 +167,14 @@ class DefinitionCheck(validation.Check):
         "type": "object",
         "additionalProperties": False,
         "required": ["task"],
-        "properties": {"task": validation.TASK_SUBMIT.schema},
+        "properties": {"task": task_shapes.TASK_SUBMIT.schema},
     }
 
     def __call__(self, name: str, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict) or set(value) != {"task"}:
             raise field_error(name, "must be an object with exactly one field, task")
         try:
-            task = validation.TASK_SUBMIT.parse(value["task"])
+            task = task_shapes.TASK_SUBMIT.parse(value["task"])
         except errors.InvalidArgument as exc:
             details = [{**d, "field": f"{name}.task.{d['field']}"} for d in exc.details]
             raise errors.InvalidArgument(exc.message, details) from None

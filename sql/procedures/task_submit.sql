@@ -27,7 +27,9 @@ CREATE PROCEDURE task_submit(
   IN p_handler VARCHAR(200), IN p_handler_version VARCHAR(64), IN p_payload_version VARCHAR(64),
   IN p_payload MEDIUMTEXT, IN p_business_key VARCHAR(191), IN p_concurrency_key VARCHAR(191),
   IN p_priority TINYINT UNSIGNED, IN p_max_attempts INT UNSIGNED, IN p_deadline_seconds INT UNSIGNED,
-  IN p_if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin, IN p_actor VARCHAR(200), IN p_schedule_id BIGINT UNSIGNED, IN p_schedule_version INT UNSIGNED,
+  IN p_if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin,
+  IN p_debounce_delay_ms INT UNSIGNED, IN p_debounce_max_wait_ms INT UNSIGNED,
+  IN p_actor VARCHAR(200), IN p_schedule_id BIGINT UNSIGNED, IN p_schedule_version INT UNSIGNED,
   IN p_fire_time DATETIME(6))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
@@ -57,7 +59,8 @@ BEGIN
   CALL task_submit_one(p_namespace_id, p_queue_id, p_idempotency_key, p_fingerprint, p_handler,
                        p_handler_version, p_payload_version, p_payload, p_business_key,
                        p_concurrency_key, p_priority, p_max_attempts, p_deadline_seconds,
-                       p_if_busy, p_actor, p_schedule_id, p_schedule_version, p_fire_time,
+                       p_if_busy, p_debounce_delay_ms, p_debounce_max_wait_ms, p_actor,
+                       p_schedule_id, p_schedule_version, p_fire_time,
                        v_limits & 2, v_locked,
                        v_task, v_created);
   COMMIT;

@@ -15,7 +15,8 @@ CREATE PROCEDURE task_submit_as(
   IN p_handler VARCHAR(200), IN p_handler_version VARCHAR(64), IN p_payload_version VARCHAR(64),
   IN p_payload MEDIUMTEXT, IN p_business_key VARCHAR(191), IN p_concurrency_key VARCHAR(191),
   IN p_priority TINYINT UNSIGNED, IN p_max_attempts INT UNSIGNED, IN p_deadline_seconds INT UNSIGNED,
-  IN p_if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin)
+  IN p_if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin,
+  IN p_debounce_delay_ms INT UNSIGNED, IN p_debounce_max_wait_ms INT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_credential BIGINT UNSIGNED;
@@ -39,5 +40,6 @@ BEGIN
   CALL task_submit(v_namespace, v_queue, p_idempotency_key, p_fingerprint, p_handler,
                    p_handler_version, p_payload_version, p_payload, p_business_key,
                    p_concurrency_key, p_priority, p_max_attempts, p_deadline_seconds, p_if_busy,
+                   p_debounce_delay_ms, p_debounce_max_wait_ms,
                    CONCAT('credential:', v_credential), NULL, NULL, NULL);
 END

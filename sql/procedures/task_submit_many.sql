@@ -6,9 +6,10 @@
 -- Params: namespace, actor, items as a JSON array of objects {queue (internal id, scope-checked
 --   by the shell), idempotency_key, fingerprint, handler, handler_version, payload_version,
 --   payload (the stored JSON text, as a JSON string), business_key, concurrency_key, priority,
---   max_attempts, deadline_seconds, if_busy}, where 0 (or null) means none for max_attempts
---   and deadline_seconds (both are at least 1 when given): no JSON nulls through JSON_TABLE,
---   where MySQL 8 and MariaDB may read them differently.
+--   max_attempts, deadline_seconds, if_busy, debounce_delay_ms, debounce_max_wait_ms}, where 0
+--   (or null) means none for max_attempts, deadline_seconds and the debounce (each at least 1
+--   when given): no JSON nulls through JSON_TABLE, where MySQL 8 and MariaDB may read them
+--   differently.
 -- Result set, one row per item in order: seq, item_error ('CODE: message' or NULL), task_id
 --   (public), created.
 --
@@ -129,15 +130,18 @@ BEGIN
              seq FOR ORDINALITY, queue BIGINT UNSIGNED PATH '$.queue',
              idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key',
              concurrency_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$.concurrency_key',
-             if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin PATH '$.if_busy')) j
+             if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin PATH '$.if_busy',
+             debounce INT UNSIGNED PATH '$.debounce_delay_ms')) j
       STRAIGHT_JOIN queues q ON q.id = j.queue AND q.namespace_id = p_namespace_id
       -- Keys named once in the batch: derived tables, each read once (a correlated subquery
       -- over JSON_TABLE parsed the whole batch again for every item).
       STRAIGHT_JOIN (SELECT idempotency_key FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
               idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin PATH '$.idempotency_key')) o
              GROUP BY idempotency_key HAVING COUNT(*) = 1) once ON once.idempotency_key = j.idempotency_key
-     -- An item that may skip a busy key decides on the key's state item by item.
+     -- An item that may skip or replace decides on the key's state item by item, and a
+     -- debounced one waits out its delay: both go one at a time.
      WHERE (j.concurrency_key = '' OR COALESCE(j.if_busy, 'wait') = 'wait')
+       AND COALESCE(j.debounce, 0) = 0
        AND (q.max_unfinished IS NULL OR q.unfinished_tasks + v_n <= q.max_unfinished)
        AND NOT EXISTS (SELECT 1 FROM idempotency_records r
                         WHERE r.namespace_id = p_namespace_id AND r.idempotency_key = j.idempotency_key);
@@ -306,6 +310,8 @@ BEGIN
         IF(JSON_TYPE(JSON_EXTRACT(v_item, '$.deadline_seconds')) = 'NULL', NULL,
            NULLIF(JSON_EXTRACT(v_item, '$.deadline_seconds'), 0)),
         COALESCE(JSON_UNQUOTE(JSON_EXTRACT(v_item, '$.if_busy')), 'wait'),
+        NULLIF(JSON_EXTRACT(v_item, '$.debounce_delay_ms'), 0),
+        NULLIF(JSON_EXTRACT(v_item, '$.debounce_max_wait_ms'), 0),
         p_actor, NULL, NULL, NULL, v_limits & 2, v_limited_ids, v_task, v_created);
     END item;
     SET v_out = JSON_ARRAY_APPEND(v_out, '$',

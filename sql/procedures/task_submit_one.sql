@@ -27,6 +27,11 @@
 -- where unfinished tasks are counted, were locked by the caller before the key (p_locked:
 -- queues_lock's list); a victim in a limited queue not in it joined the key since, and the
 -- call is answered as a deadlock, retried whole. if_busy changes nothing for an unkeyed task.
+-- A debounced submission (p_debounce_delay_ms) continues the burst of the tasks it replaces
+-- (none but with 'replace' and a key): it becomes available p_debounce_delay_ms from now, but
+-- no later than p_debounce_max_wait_ms after the burst began (the earliest of the replaced
+-- tasks' bursts, or now), waiting until then in the DELAYED lane, from which the due sweep
+-- lets it in by the key's rule.
 CREATE PROCEDURE task_submit_one(
   IN p_namespace_id BIGINT UNSIGNED, IN p_queue_id BIGINT UNSIGNED,
   IN p_idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin, IN p_fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
@@ -34,6 +39,7 @@ CREATE PROCEDURE task_submit_one(
   IN p_payload MEDIUMTEXT, IN p_business_key VARCHAR(191), IN p_concurrency_key VARCHAR(191),
   IN p_priority TINYINT UNSIGNED, IN p_max_attempts INT UNSIGNED, IN p_deadline_seconds INT UNSIGNED,
   IN p_if_busy VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin,
+  IN p_debounce_delay_ms INT UNSIGNED, IN p_debounce_max_wait_ms INT UNSIGNED,
   IN p_actor VARCHAR(200), IN p_schedule_id BIGINT UNSIGNED, IN p_schedule_version INT UNSIGNED,
   IN p_fire_time DATETIME(6), IN p_unfinished_limited TINYINT, IN p_locked TEXT,
   OUT p_task_id BIGINT UNSIGNED, OUT p_created TINYINT)
@@ -61,6 +67,9 @@ BEGIN
   DECLARE v_victim_lane VARCHAR(10);
   DECLARE v_victim_limits TINYINT UNSIGNED;
   DECLARE v_i INT DEFAULT 0;
+  DECLARE v_burst DATETIME(6) DEFAULT NULL;
+  DECLARE v_victim_burst DATETIME(6);
+  DECLARE v_available DATETIME(6);
   DECLARE v_task BIGINT UNSIGNED;
   DECLARE v_now DATETIME(6);
 
@@ -120,7 +129,8 @@ BEGIN
       -- takes it, a cancel or the sweeper ends it) and is left alone.
       victims: LOOP
         SET v_victim = NULL;
-        SELECT id, queue_id INTO v_victim, v_victim_queue
+        SELECT id, queue_id, COALESCE(burst_started_at, created_at)
+          INTO v_victim, v_victim_queue, v_victim_burst
           FROM tasks FORCE INDEX (ix_tasks_ns_key)
          WHERE namespace_id = p_namespace_id AND concurrency_key = p_concurrency_key
            AND id > v_last AND lane IS NOT NULL AND handler = p_handler
@@ -140,15 +150,23 @@ BEGIN
                            v_victim_limits | p_unfinished_limited);
           UPDATE tasks SET cancel_reason = 'REPLACED' WHERE id = v_victim;
           SET v_replaced = JSON_ARRAY_APPEND(v_replaced, '$', v_victim);
+          SET v_burst = LEAST(COALESCE(v_burst, v_victim_burst), v_victim_burst);
         END IF;
       END LOOP victims;
     END IF;
 
     -- The lane is decided before the insert (task_enter_lane's rules for a task available
     -- now), so the new row's lane indexes are written once rather than inserted and updated.
-    SET v_lane = 'READY';
+    SET v_lane = 'READY', v_available = v_now;
+    IF p_debounce_delay_ms > 0 THEN
+      SET v_burst = COALESCE(v_burst, v_now);
+      SET v_available = LEAST(v_now + INTERVAL p_debounce_delay_ms * 1000 MICROSECOND,
+                              v_burst + INTERVAL p_debounce_max_wait_ms * 1000 MICROSECOND);
+    END IF;
     IF v_busy THEN
       SET v_lane = NULL;
+    ELSEIF v_available > v_now THEN
+      SET v_lane = 'DELAYED';  -- the due sweep enters it by the key's rule (task_enter_lane)
     ELSEIF p_concurrency_key <> '' THEN
       CALL key_lane(p_namespace_id, p_concurrency_key, v_q_state, v_resource, v_lane);
     END IF;
@@ -157,15 +175,16 @@ BEGIN
                        handler, handler_version, payload_version, payload, payload_bytes,
                        business_key, concurrency_key, priority, state, lane, max_attempts,
                        available_at, deadline_at, schedule_id, schedule_version, fire_time,
-                       created_at, updated_at, finished_at, cancel_reason)
+                       created_at, updated_at, finished_at, cancel_reason, burst_started_at)
     VALUES (new_public_id(), p_namespace_id, v_app, p_queue_id, p_idempotency_key,
             p_handler, p_handler_version, p_payload_version, p_payload, LENGTH(p_payload),
             COALESCE(p_business_key, ''), COALESCE(p_concurrency_key, ''), p_priority,
             IF(v_busy, 'CANCELLED', 'WAITING'), v_lane, COALESCE(p_max_attempts, v_q_attempts),
-            v_now,
+            v_available,
             IF(p_deadline_seconds IS NULL, NULL, v_now + INTERVAL p_deadline_seconds SECOND),
             p_schedule_id, p_schedule_version, p_fire_time, v_now, v_now,
-            IF(v_busy, v_now, NULL), IF(v_busy, 'KEY_BUSY', NULL));
+            IF(v_busy, v_now, NULL), IF(v_busy, 'KEY_BUSY', NULL),
+            IF(p_debounce_delay_ms > 0, v_burst, NULL));
     SET v_task = LAST_INSERT_ID();
     INSERT INTO idempotency_records (namespace_id, idempotency_key, fingerprint, task_id, created_at)
       VALUES (p_namespace_id, p_idempotency_key, p_fingerprint, v_task, v_now);

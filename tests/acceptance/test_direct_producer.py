@@ -173,7 +173,7 @@ def test_w9_the_account_records_itself_and_submits_to_its_namespace_only(
             mine = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
             with pytest.raises(pymysql.MySQLError, match="NOT_FOUND"):  # submit as the other
                 cur.execute(
-                    f"CALL {routine_name('task_submit')}({', '.join(['%s'] * 18)})",
+                    f"CALL {routine_name('task_submit')}({', '.join(['%s'] * 20)})",
                     submit_args(other.namespace_id, mine[0]["id"], "theirs-direct"),
                 )
     finally:

@@ -83,7 +83,7 @@ def test_k8_ten_thousand_blocked_tasks_do_not_hide_another_key(eng, database):
                 cur.execute(
                     f"CALL {routine_name('task_submit')}(%s, %s, %s, REPEAT('f', 64), "
                     "'h', 'v1', 'v1', '{}', "
-                    "'', 'hot/key', 5, NULL, NULL, 'wait', 'test', NULL, NULL, NULL)",
+                    "'', 'hot/key', 5, NULL, NULL, 'wait', NULL, NULL, 'test', NULL, NULL, NULL)",
                     (eng.t.namespace_id, eng.ids[queue], f"bulk-{i}"),
                 )
                 cur.fetchall()

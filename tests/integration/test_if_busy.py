@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 
 from tests.helpers import Session, submit
 
@@ -235,3 +236,89 @@ def test_p5_a_batch_replaces_item_by_item(client, tenant):
         ("WAITING", None),
     ]
     assert {r["replaced_by_task_id"] for r in reads[:2]} == {ids[2]}
+
+
+def test_p5_a_burst_on_one_key_runs_once_with_its_last_payload(client, tenant):
+    """1,000 debounced submissions over five seconds: one task is left, the newest, and it
+    becomes claimable only delay_ms after the last submission."""
+    debounce = {"delay_ms": 1000, "max_wait_ms": 60_000}
+    began = time.monotonic()
+    ids = []
+    for n in range(1000):
+        due = began + n * 0.005
+        time.sleep(max(0.0, due - time.monotonic()))
+        made = submit(client, tenant, None, 201, concurrency_key="deb/burst", debounce=debounce,
+                      payload={"n": n})  # fmt: skip
+        ids.append(made.json["data"]["task_id"])
+    session = Session(client, tenant)
+    assert session.claim() == []  # the newest waits out its delay
+    tasks = client.simulate_get(
+        "/v1/tasks?concurrency_key=deb/burst&state=WAITING", headers=tenant.headers
+    ).json["data"]["tasks"]
+    assert [t["task_id"] for t in tasks] == [ids[-1]]
+    time.sleep(1.2)
+    [granted] = session.claim()
+    assert granted["task"]["task_id"] == ids[-1] and granted["task"]["payload"] == {"n": 999}
+    session.start(granted["attempt_id"])
+    session.finish(granted["attempt_id"])
+    assert session.claim() == []
+    replaced = _task(client, tenant, ids[0])
+    assert (replaced["cancel_reason"], replaced["replaced_by_task_id"]) == ("REPLACED", ids[1])
+
+
+def test_p5_a_steady_stream_runs_at_least_every_max_wait(client, tenant):
+    """A submission every 100 ms with delay_ms 500 never lets the delay pass; max_wait_ms 2,000
+    still runs the newest about every two seconds."""
+    debounce = {"delay_ms": 500, "max_wait_ms": 2000}
+    session = Session(client, tenant)
+    starts: list[float] = []
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            for grant in session.claim():
+                starts.append(time.monotonic())
+                session.start(grant["attempt_id"])
+                session.finish(grant["attempt_id"])
+            time.sleep(0.05)
+
+    running = threading.Thread(target=worker)
+    running.start()
+    began = time.monotonic()
+    try:
+        for n in range(65):
+            time.sleep(max(0.0, began + n * 0.1 - time.monotonic()))
+            submit(client, tenant, None, 201, concurrency_key="deb/stream", debounce=debounce,
+                   payload={"n": n})  # fmt: skip
+        streamed = time.monotonic() - began
+    finally:
+        stop.set()
+        running.join(30)
+    # A run every max_wait while the stream lasts: the first at 2 s, then one 2 s after each.
+    assert int(streamed // 2) - 1 <= len(starts) <= int(streamed // 2) + 1, (streamed, starts)
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert all(1.5 <= g <= 3.0 for g in gaps), gaps
+
+
+def test_p5_debounce_replaces_unless_if_busy_says_otherwise(client, tenant):
+    """Left out, if_busy is replace for a debounced submission; said, it governs the busy key
+    and the debounce only delays; without a key each submission is a burst of its own."""
+    debounce = {"delay_ms": 60_000, "max_wait_ms": 120_000}
+    alone = submit(client, tenant, None, 201, debounce=debounce).json["data"]
+    assert alone["state"] == "WAITING" and alone["available_at"] > alone["created_at"]
+    first = submit(client, tenant, None, 201, concurrency_key="deb/x", debounce=debounce)
+    kept = submit(client, tenant, None, 201, concurrency_key="deb/x", debounce=debounce,
+                  if_busy="wait")  # fmt: skip
+    assert _task(client, tenant, first.json["data"]["task_id"])["state"] == "WAITING"
+    skipped = submit(client, tenant, None, 201, concurrency_key="deb/x", debounce=debounce,
+                     if_busy="skip")  # fmt: skip
+    assert skipped.json["data"]["cancel_reason"] == "KEY_BUSY"
+    idem = "deb-" + secrets.token_hex(4)
+    last = submit(client, tenant, idem, 201, concurrency_key="deb/x", debounce=debounce)
+    for earlier in (first, kept):
+        read = _task(client, tenant, earlier.json["data"]["task_id"])
+        assert read["replaced_by_task_id"] == last.json["data"]["task_id"]
+    submit(client, tenant, idem, 200, concurrency_key="deb/x", debounce=debounce, if_busy="replace")
+    unknown = submit(client, tenant, None, 400, concurrency_key="deb/x",
+                     debounce={"delay_ms": 1, "max_wait_ms": 1, "jitter": 1})  # fmt: skip
+    assert unknown.json["error"]["details"][0]["field"] == "debounce.jitter"

@@ -318,6 +318,8 @@ def test_killed_connection_mid_procedure_leaves_nothing_half_written(eng, databa
         None,
         None,
         "wait",
+        None,
+        None,
         "test",
         None,
         None,

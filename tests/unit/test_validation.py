@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orbit_shell import errors, jsontext, validation
+from orbit_shell import errors, jsontext, task_shapes, validation
 from orbit_shell.validation import MISSING, validate_concurrency_key
 
 LONE_SURROGATE = json.loads('"a\\ud800b"')
@@ -83,7 +83,7 @@ def test_submit_shape_rejects_unknown_fields_and_bad_types():
         "payload_version": "v",
         "payload": None,
     }
-    assert validation.TASK_SUBMIT.parse(base)["priority"] == 5
+    assert task_shapes.TASK_SUBMIT.parse(base)["priority"] == 5
     for field, value in [
         ("priority", 10),
         ("priority", True),
@@ -96,7 +96,7 @@ def test_submit_shape_rejects_unknown_fields_and_bad_types():
         ("extra", 1),
     ]:
         with pytest.raises(errors.InvalidArgument) as info:
-            validation.TASK_SUBMIT.parse({**base, field: value})
+            task_shapes.TASK_SUBMIT.parse({**base, field: value})
         assert info.value.details[0]["field"] == field
 
 

@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 import falcon
 
-from orbit_shell import errors, validation
+from orbit_shell import errors, task_shapes, validation
 from orbit_shell.engine import batches, serialize
 from orbit_shell.server import actions, auth
 from orbit_shell.server.common import in_scope_batch, item, ok, read_json, read_query, scope
@@ -95,7 +95,7 @@ class Tasks:
         self.guard.check(credential)
         try:
             idem = validation.idempotency_key(req.get_header("Idempotency-Key"))
-            body = read_json(req, validation.TASK_SUBMIT, self.max_body)
+            body = read_json(req, task_shapes.TASK_SUBMIT, self.max_body)
         except errors.OrbitError:
             # A refused request answers as any route would: who you are and what you may do
             # (401, 403) before what you sent; only this path reads the credential first.
@@ -122,7 +122,7 @@ class Tasks:
         """Submit up to 100 tasks in one transaction, each as POST /v1/tasks would (own
         Idempotency-Key, own error); answers receipts instead of full task details."""
         s = scope(req, "tasks:submit")
-        body = read_json(req, validation.TASK_BATCH, self.max_body)
+        body = read_json(req, task_shapes.TASK_BATCH, self.max_body)
         self.guard.take(s.principal.public_id, len(body["tasks"]))
 
         def prepare(task: dict) -> tuple[int, str, dict]:
