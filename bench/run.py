@@ -30,6 +30,8 @@ Parts:
              broker (durable and as it ships), alternated shape by shape (bench/celery_part.py)
   indexes    (asked for with --only indexes) each index of tasks: bytes per task, and the
              rows its query reads with it and without it (bench/indexes.py)
+  policies   (asked for with --only policies) a debounce burst on one key against the same
+             submissions parked: accepted/s, tasks run, deadlocks (bench/policies.py)
   layers     (asked for with --only layers) where a single submission's time and CPU go, and
              a worker round's: per layer, sampled with py-spy (bench/layers.py)
 """
@@ -76,6 +78,7 @@ from measures import (  # noqa: E402
     vm_hwm_kib,
 )
 from peer import peer  # noqa: E402
+from policies import run_policies  # noqa: E402
 
 from devtools import localdb  # noqa: E402
 from orbit_shell.engine import schema  # noqa: E402
@@ -384,7 +387,7 @@ def run_served(
 ) -> None:
     """The parts that need an `orbit` server: peer and e2e (``scenarios`` of it, or all),
     then their figures."""
-    if parts & {"e2e", "peer", "cleanup", "celery", "layers"}:
+    if parts & {"e2e", "peer", "cleanup", "celery", "layers", "policies"}:
         # The bench decides when the cleanup runs (the cleanup part): the leader's is off.
         proc_server, url = start_server(dsn, workers=4, env={"ORBIT_CLEANUP_INTERVAL": "0"})
         try:
@@ -393,6 +396,9 @@ def run_served(
                 results["cleanup"] = run_cleanup(
                     bench, url, args.large, args.soak_seconds, args.cleanup_duty
                 )
+            if "policies" in parts:
+                began["policies"] = time.monotonic()
+                results["policies"] = run_policies(bench, url)
             if "layers" in parts:
                 began["layers"] = time.monotonic()
                 results["layers"] = run_layers(bench, url, proc_server.pid)
@@ -539,6 +545,7 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
             "indexes",
             "celery",
             "layers",
+            "policies",
         ],
         nargs="*",
     )
