@@ -61,7 +61,8 @@ BEGIN
   DECLARE v_waiting DATETIME(6);
   DECLARE v_busy TINYINT DEFAULT 0;
   DECLARE v_replaced MEDIUMTEXT DEFAULT '[]';
-  DECLARE v_last BIGINT UNSIGNED DEFAULT 0;
+  DECLARE v_victims MEDIUMTEXT;
+  DECLARE v_at INT DEFAULT 0;
   DECLARE v_victim BIGINT UNSIGNED;
   DECLARE v_victim_queue BIGINT UNSIGNED;
   DECLARE v_victim_lane VARCHAR(10);
@@ -124,19 +125,21 @@ BEGIN
     IF p_concurrency_key <> '' AND p_if_busy = 'replace' THEN
       CALL key_row_lock(p_namespace_id, p_concurrency_key, v_resource, v_holder, v_candidate,
                         v_waiting);
-      -- The key's waiting tasks of this handler in id order (ix_tasks_ns_key), each read
-      -- plainly, then locked without waiting: one locked elsewhere is being changed (a claim
-      -- takes it, a cancel or the sweeper ends it) and is left alone.
-      victims: LOOP
-        SET v_victim = NULL;
-        SELECT id, queue_id, COALESCE(burst_started_at, created_at)
-          INTO v_victim, v_victim_queue, v_victim_burst
-          FROM tasks FORCE INDEX (ix_tasks_ns_key)
-         WHERE namespace_id = p_namespace_id AND concurrency_key = p_concurrency_key
-           AND id > v_last AND lane IS NOT NULL AND handler = p_handler
-         ORDER BY id LIMIT 1;
-        IF v_victim IS NULL THEN LEAVE victims; END IF;
-        SET v_last = v_victim, v_victim_lane = NULL;
+      -- The key's waiting tasks of this handler, read once through the lanes of
+      -- ix_tasks_key_lane (never the key's finished tasks, however many the retention keeps):
+      -- none can join while the key row is held. Each is then locked without waiting: one
+      -- locked elsewhere is being changed (a claim takes it, a cancel or the sweeper ends it)
+      -- and is left alone.
+      SELECT COALESCE(JSON_ARRAYAGG(id), '[]') INTO v_victims
+        FROM tasks FORCE INDEX (ix_tasks_key_lane)
+       WHERE namespace_id = p_namespace_id AND concurrency_key = p_concurrency_key
+         AND lane IS NOT NULL AND handler = p_handler;
+      victims: WHILE v_at < JSON_LENGTH(v_victims) DO
+        SET v_victim = JSON_EXTRACT(v_victims, CONCAT('$[', v_at, ']'));
+        SET v_at = v_at + 1, v_victim_lane = NULL;
+        SELECT queue_id, COALESCE(burst_started_at, created_at)
+          INTO v_victim_queue, v_victim_burst
+          FROM tasks WHERE id = v_victim;
         SELECT 8 * (max_unfinished IS NOT NULL) INTO v_victim_limits
           FROM queues WHERE id = v_victim_queue;
         IF v_victim_limits > 0 AND FIND_IN_SET(v_victim_queue, p_locked) = 0 THEN
@@ -152,7 +155,7 @@ BEGIN
           SET v_replaced = JSON_ARRAY_APPEND(v_replaced, '$', v_victim);
           SET v_burst = LEAST(COALESCE(v_burst, v_victim_burst), v_victim_burst);
         END IF;
-      END LOOP victims;
+      END WHILE victims;
     END IF;
 
     -- The lane is decided before the insert (task_enter_lane's rules for a task available
