@@ -31,6 +31,7 @@ TASK_LIST_COLUMNS = (
 TASK_COLUMNS = (
     TASK_LIST_COLUMNS + ", t.payload_version, t.payload, t.max_attempts, t.attempts_used, "
     "t.available_at, t.deadline_at, t.finished_at, t.result, t.error, t.cancel_reason, "
+    "t.burst_started_at, "
     "(SELECT r.public_id FROM tasks r WHERE r.id = t.replaced_by_task_id) AS replaced_by_public_id"
 )
 TASK_JOINS = "JOIN queues q ON q.id = t.queue_id LEFT JOIN schedules s ON s.id = t.schedule_id"

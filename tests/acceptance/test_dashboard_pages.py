@@ -40,6 +40,12 @@ def _tasks_in_every_state(client, tenant) -> dict[str, str]:
         client, tenant, concurrency_key="st/key", handler="st.parked", if_busy="replace"
     )
     out["parked"] = _task(client, tenant, concurrency_key="st/key", handler="st.parked.more")
+    out["debounced"] = _task(
+        client,
+        tenant,
+        concurrency_key="st/deb",
+        debounce={"delay_ms": 600_000, "max_wait_ms": 600_000},
+    )
     out["ready"] = _task(client, tenant, handler="st.ready")
     out["deadline"] = _task(client, tenant, handler="st.deadline", deadline_seconds=1)
     for name in ("leased", "succeeded", "failed", "review", "backoff", "cancelled"):
@@ -85,6 +91,7 @@ def test_v2_the_task_page_renders_a_task_in_every_state(browser, orbit_server, c
         "skipped": "CANCELLED",
         "replaced": "CANCELLED",
         "replacing": "WAITING",
+        "debounced": "WAITING",
         "deadline": "DEADLINE_EXCEEDED",
     }
     page = signed_in(browser, orbit_server, tenant.token)
@@ -101,11 +108,13 @@ def test_v2_the_task_page_renders_a_task_in_every_state(browser, orbit_server, c
             assert any("Waiting for key st/key" in n for n in notes), notes
         elif name == "backoff":
             assert any(n.startswith("In backoff until") for n in notes), notes
+        elif name == "debounced":
+            assert any(n.startswith("Debounced: runs at") for n in notes), notes
         else:
             assert notes == [], (name, notes)
         if name == "review":
             assert page.locator("form[action$='/resolve']").count() == 1
-        if name in ("ready", "parked", "replacing", "backoff"):
+        if name in ("ready", "parked", "replacing", "backoff", "debounced"):
             assert page.get_by_role("button", name="Cancel this task").count() == 1
         reason = page.locator("#cancel-reason")
         if name == "cancelled":
