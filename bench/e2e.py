@@ -66,6 +66,15 @@ def start_server(
     raise RuntimeError(f"{command[-1]} did not start; see .scratch/{name}.log")
 
 
+def noop_worker(bench: Bench, url: str, queue: str, capacity: int, **popen) -> subprocess.Popen:
+    """One SDK worker process (bench/noop_worker.py) on ``queue`` over HTTP, without prefetch,
+    reporting and claiming in one call when its slots are full."""
+    env = dict(os.environ, ORBIT_URL=url, ORBIT_TOKEN=bench.token, QUEUE_IDS=queue,
+               CAPACITY=str(capacity), PREFETCH="0", CLAIM_WITH_REPORT="1")  # fmt: skip
+    return subprocess.Popen([sys.executable, str(ROOT / "bench" / "noop_worker.py")], env=env,
+                            **popen)  # fmt: skip
+
+
 def key_handoffs_ms(bench: Bench, queue: int) -> list[float]:
     """For each key of the queue, in token order, the milliseconds from one attempt's result
     being recorded to the start of the key's next attempt: how long a freed key stays idle

@@ -10,14 +10,13 @@ last), and InnoDB's deadlocks meanwhile.
 
 from __future__ import annotations
 
-import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from e2e import noop_worker
 from engine_parts import Bench
 from measures import lock_counters, lock_delta, run_threads
 
@@ -70,19 +69,8 @@ def run_policies(bench: Bench, url: str) -> dict:
     client = Client(url, bench.token)
     queue = client.create_queue(f"policies-{secrets.token_hex(3)}").queue_id
     client.close()
-    worker = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "noop_worker.py")],
-        env=dict(
-            os.environ,
-            ORBIT_URL=url,
-            ORBIT_TOKEN=bench.token,
-            QUEUE_IDS=queue,
-            CAPACITY="10",
-            PREFETCH="0",
-            CLAIM_WITH_REPORT="1",
-        ),  # fmt: skip
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    worker = noop_worker(
+        bench, url, queue, 10, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         keys = {"debounce": f"deb-{secrets.token_hex(3)}", "wait": f"wait-{secrets.token_hex(3)}"}

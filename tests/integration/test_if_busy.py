@@ -15,6 +15,24 @@ def _task(client, tenant, task_id: str) -> dict:
     return client.simulate_get(f"/v1/tasks/{task_id}", headers=tenant.headers).json["data"]
 
 
+def _raced_pair(client, tenant, key: str, if_busy: str) -> list[dict]:
+    """Two submissions of ``key`` with ``if_busy``, sent at once from two threads."""
+    answers: list[dict] = []
+    start = threading.Barrier(2)
+
+    def one() -> None:
+        start.wait()
+        made = submit(client, tenant, None, 201, concurrency_key=key, if_busy=if_busy)
+        answers.append(made.json["data"])
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return answers
+
+
 def test_p5_skip_on_an_idle_key_waits_as_any_submission(client, tenant):
     made = submit(client, tenant, None, 201, concurrency_key="skip/idle", if_busy="skip")
     assert (made.json["data"]["state"], made.json["data"]["cancel_reason"]) == ("WAITING", None)
@@ -102,24 +120,8 @@ def test_p5_two_concurrent_skips_of_an_idle_key_never_both_run(client, tenant, d
     """Both lock the key row (made for the first of them on a new key): of each pair, one
     waits and the other is cancelled, never both waiting and never both cancelled."""
 
-    def pair(key: str) -> list[dict]:
-        answers: list[dict] = []
-        start = threading.Barrier(2)
-
-        def one() -> None:
-            start.wait()
-            made = submit(client, tenant, None, 201, concurrency_key=key, if_busy="skip")
-            answers.append(made.json["data"])
-
-        threads = [threading.Thread(target=one) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        return answers
-
     for round_ in range(20):
-        answers = pair(f"skip/race/{round_}-{secrets.token_hex(3)}")
+        answers = _raced_pair(client, tenant, f"skip/race/{round_}-{secrets.token_hex(3)}", "skip")
         assert sorted(a["state"] for a in answers) == ["CANCELLED", "WAITING"], answers
 
 
@@ -190,24 +192,9 @@ def test_p5_two_concurrent_replaces_leave_one_waiting(client, tenant):
     """Each cancels what waits under the key's lock: of two at once, the later replaces the
     earlier, never both waiting."""
 
-    def pair(key: str) -> list[dict]:
-        answers: list[dict] = []
-        start = threading.Barrier(2)
-
-        def one() -> None:
-            start.wait()
-            made = submit(client, tenant, None, 201, concurrency_key=key, if_busy="replace")
-            answers.append(made.json["data"])
-
-        threads = [threading.Thread(target=one) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(30)
-        return answers
-
     for round_ in range(20):
-        answers = pair(f"rep/race/{round_}-{secrets.token_hex(3)}")
+        key = f"rep/race/{round_}-{secrets.token_hex(3)}"
+        answers = _raced_pair(client, tenant, key, "replace")
         states = sorted(_task(client, tenant, a["task_id"])["state"] for a in answers)
         assert states == ["CANCELLED", "WAITING"], answers
 
