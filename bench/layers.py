@@ -21,7 +21,6 @@ On the bench's `orbit` server, in one run:
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import signal
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import floor
 import http_floor
+from e2e import noop_worker
 from engine_parts import Bench
 from measures import db_cpu_seconds, descendants, handler_reads, mariadbd_pids, pct, run_threads
 
@@ -70,9 +70,8 @@ def layer(frame: str) -> str | None:
     return None
 
 
-def shares(raw: Path, rate: int) -> dict:
-    """A py-spy raw (collapsed) profile: the CPU seconds it sampled holding the GIL, and the
-    percent of them per layer."""
+def shares(raw: Path) -> dict[str, float]:
+    """A py-spy raw (collapsed) profile: the percent of its samples per layer."""
     counts: Counter[str] = Counter()
     for line in raw.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
@@ -82,10 +81,7 @@ def shares(raw: Path, rate: int) -> dict:
         charged = next((c for c in map(layer, reversed(frames)) if c), "other (stdlib, C)")
         counts[charged] += int(n)
     total = sum(counts.values()) or 1
-    return {
-        "gil_seconds": sum(counts.values()) / rate,
-        "percent": {k: round(100 * v / total, 1) for k, v in counts.most_common()},
-    }
+    return {k: round(100 * v / total, 1) for k, v in counts.most_common()}
 
 
 class Sampler:
@@ -93,9 +89,10 @@ class Sampler:
     py-spy is not installed (the part then reports the other figures).
 
     Only samples of a thread holding the GIL count (``--gil``): py-spy's own idle test
-    counts a gevent hub waiting in epoll as busy, and the GIL is let go there. What a process
-    spends without the GIL (system calls: a loopback send does the receiver's TCP work too) is
-    its measured CPU less these samples."""
+    counts a gevent hub waiting in epoll as busy, and the GIL is let go there. The shares are
+    of the time the GIL was held, which on two busy cores includes a holder waiting for one,
+    so they split the Python time between layers and do not add up to the measured CPU; what
+    a process does without the GIL (system calls) is in none of them."""
 
     RATE = 250
 
@@ -117,7 +114,7 @@ class Sampler:
             return None
         self.proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
         self.proc.wait(60)
-        return shares(self.out, self.RATE) if self.out.exists() else None
+        return shares(self.out) if self.out.exists() else None
 
 
 def _request(queue: str, n: int) -> SubmitTaskRequest:
@@ -213,24 +210,11 @@ def drain(bench: Bench, url: str, queue: str, server: int, sampled: bool) -> dic
     """One SDK worker process (capacity 100, no prefetch) drains the queue's ``TASKS`` tasks:
     tasks/s and CPU ms per task of the worker (from its ready line to its exit, as it prints),
     gunicorn and mariadbd (and, ``sampled``, the worker's and the server's layers)."""
-    env = dict(
-        os.environ,
-        ORBIT_URL=url,
-        ORBIT_TOKEN=bench.token,
-        QUEUE_IDS=queue,
-        CAPACITY="100",
-        PREFETCH="0",
-        CLAIM_WITH_REPORT="1",
-    )
     spies = (Sampler(server, "worker-server"),) if sampled else ()
     gunicorn, db = descendants(server), mariadbd_pids()
     g0, d0 = cpu(gunicorn), cpu(db)
-    worker = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "noop_worker.py")],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+    worker = noop_worker(
+        bench, url, queue, 100, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     worker.stdout.readline()  # ready=: imported and connected
     t0 = time.monotonic()
@@ -318,11 +302,9 @@ def report(r: dict) -> None:
         if not sampled:
             print("layers: py-spy not installed; the layer shares were left out", flush=True)
             break
-        gil = sampled["gil_seconds"] * 1000 / TASKS
         print(
-            f"layers: {label}: {gil:.2f} of {run[measured]:.2f} CPU ms a task hold the GIL; "
-            "of those, % per layer: "
-            + ", ".join(f"{k} {v:g}" for k, v in sampled["percent"].items()),
+            f"layers: {label}, {run[measured]:.2f} CPU ms a task; % of its Python time (the "
+            "GIL held) per layer: " + ", ".join(f"{k} {v:g}" for k, v in sampled.items()),
             flush=True,
         )
 
