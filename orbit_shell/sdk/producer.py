@@ -18,9 +18,7 @@ import json
 from typing import Any
 
 from orbit_shell import errors, task_shapes, validation
-from orbit_shell.engine import batches, schema, serialize
-from orbit_shell.engine.db import Database
-from orbit_shell.engine.schema import SchemaMismatch
+from orbit_shell.engine import batches, serialize
 from orbit_shell.sdk.models import (
     ApiError,
     NotFoundError,
@@ -31,7 +29,7 @@ from orbit_shell.sdk.models import (
     local_error,
     local_errors,
 )
-from orbit_shell.sdk.transport import check_protocol, route_checked
+from orbit_shell.sdk.transport import open_namespace, route_checked
 
 # The submission procedures' signatures and answers this SDK calls (worker_namespace answers
 # the database's number): raised with any change a direct producer of the previous number
@@ -52,13 +50,9 @@ class DirectProducer:
     """
 
     def __init__(self, dsn: str, application: str, environment: str, namespace: str) -> None:
-        self.db = Database(dsn, pool_size=4, routines=schema.code_version())
-        [[row]] = self._call("worker_namespace", application, environment, namespace)
-        try:
-            check_protocol(row.get("submit_protocol"), SUBMIT_PROTOCOL, "producer")
-        except SchemaMismatch:
-            self.db.close()
-            raise
+        self.db, row = open_namespace(
+            dsn, application, environment, namespace, "submit_protocol", SUBMIT_PROTOCOL, "producer"
+        )
         self.namespace_id = row["namespace_id"]
         self.queues: dict[str, int] = {}  # public id -> internal id (queues never move)
 

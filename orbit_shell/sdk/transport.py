@@ -186,16 +186,10 @@ class MysqlTransport:
     def __init__(
         self, dsn: str, application: str, environment: str, namespace: str, sleep=time.sleep
     ) -> None:
-        # The routines of this code's version where its SQL files are at hand, else the
-        # database's latest (an SDK installed without them).
-        self.db = Database(dsn, pool_size=4, routines=schema.code_version())
         self.sleep = sleep
-        [[row]] = self._call("worker_namespace", application, environment, namespace)
-        try:
-            check_protocol(row.get("worker_protocol"), WORKER_PROTOCOL)
-        except SchemaMismatch:
-            self.db.close()  # the pooled connection, which nothing will use
-            raise
+        self.db, row = open_namespace(
+            dsn, application, environment, namespace, "worker_protocol", WORKER_PROTOCOL, "worker"
+        )
         self.namespace_id = row["namespace_id"]
         self.application_id = row["application_id"]
 
@@ -335,6 +329,34 @@ class MysqlTransport:
         with local_errors():
             answers = fn(self.db, self.namespace_id, session_id, items)
         return [local_error(a) if isinstance(a, errors.OrbitError) else a for a in answers]
+
+
+def open_namespace(
+    dsn: str,
+    application: str,
+    environment: str,
+    namespace: str,
+    column: str,
+    speaks: int,
+    what: str,
+) -> tuple[Database, dict[str, Any]]:
+    """The direct transports' start: a pool calling the routines of this code's version where
+    its SQL files are at hand, else the database's latest (an SDK installed without them), and
+    the namespace's ids from ``worker_namespace``, whose protocol number in ``column`` must be
+    ``speaks`` (check_protocol). A pool whose start fails is closed.
+
+    Raises:
+        SchemaMismatch, NotFoundError: as check_protocol and worker_namespace say.
+    """
+    db = Database(dsn, pool_size=4, routines=schema.code_version())
+    try:
+        with local_errors():
+            [[row]] = db.call("worker_namespace", application, environment, namespace)
+        check_protocol(row.get(column), speaks, what)
+    except BaseException:
+        db.close()  # the pooled connection, which nothing will use
+        raise
+    return db, row
 
 
 def check_protocol(found: int | None, speaks: int, what: str = "worker") -> None:
