@@ -44,6 +44,36 @@ def _debounce(body: dict[str, Any]) -> tuple[int | None, int | None]:
     return (debounce["delay_ms"], debounce["max_wait_ms"]) if debounce else (None, None)
 
 
+# submit_fields' values by the names task_submit_many reads them under in each item.
+ITEM_FIELDS = (
+    "fingerprint",
+    "handler",
+    "handler_version",
+    "payload_version",
+    "payload",
+    "business_key",
+    "concurrency_key",
+    "priority",
+    "max_attempts",
+    "deadline_seconds",
+    "if_busy",
+    "debounce_delay_ms",
+    "debounce_max_wait_ms",
+)
+# Those that may be none, sent as 0 (each is at least 1 when given): no JSON nulls reach
+# JSON_TABLE, where MySQL 8 and MariaDB may read them differently.
+ZERO_FOR_NONE = ("max_attempts", "deadline_seconds", "debounce_delay_ms", "debounce_max_wait_ms")
+
+
+def _item_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """A task_submit_many item's fields: the single route's (submit_fields), so either route
+    replays the other's submission."""
+    item = dict(zip(ITEM_FIELDS, submit_fields(body), strict=True))
+    for name in ZERO_FOR_NONE:
+        item[name] = item[name] or 0
+    return item
+
+
 def submit_one(db: Database, procedure: str, *args: Any) -> dict[str, Any]:
     """CALL ``task_submit`` or ``task_submit_as`` and return its answer row.
 
@@ -66,29 +96,9 @@ def submit_many(
     db: Database, namespace_id: int, actor: str, items: list[tuple[int, str, dict[str, Any]]]
 ) -> list[dict[str, Any] | errors.OrbitError]:
     """task_submit per ``(queue internal id, idempotency key, validated body)``, in order:
-    ``{task_id, created}`` or the item's error. The fingerprint and the stored payload text are
-    the single route's, so either route replays the other's submission."""
+    ``{task_id, created}`` or the item's error."""
     wire = [
-        {
-            "queue": queue,
-            "idempotency_key": key,
-            "fingerprint": task_shapes.submission_fingerprint(body),
-            "handler": body["handler"],
-            "handler_version": body["handler_version"],
-            "payload_version": body["payload_version"],
-            "payload": jsontext.stored_json(body["payload"]),
-            "business_key": body["business_key"],
-            "concurrency_key": body["concurrency_key"],
-            "priority": body["priority"],
-            # 0 for none (both are at least 1): no JSON nulls reach JSON_TABLE.
-            "max_attempts": body["max_attempts"] or 0,
-            "deadline_seconds": body["deadline_seconds"] or 0,
-            "if_busy": body.get("if_busy", "wait"),
-            # 0 for none, as the two above.
-            "debounce_delay_ms": _debounce(body)[0] or 0,
-            "debounce_max_wait_ms": _debounce(body)[1] or 0,
-        }
-        for queue, key, body in items
+        {"queue": queue, "idempotency_key": key, **_item_fields(body)} for queue, key, body in items
     ]
     [rows] = db.call("task_submit_many", namespace_id, actor, _json(wire))
     return [
