@@ -179,24 +179,16 @@ def procedure_counters(bench: Bench) -> dict[str, int]:
 
 
 def submissions(bench: Bench, url: str, queue: str, server: int, sampled: bool) -> dict:
-    """``TASKS`` single submissions from ``PRODUCERS`` threads: tasks/s and CPU ms per task of
-    each side (and, ``sampled``, the server's layers)."""
-    tag = secrets.token_hex(3)
-
-    def produce(i: int) -> None:
-        c = Client(url, bench.token)
-        for n in range(i, TASKS, PRODUCERS):
-            c.submit_task(f"cpu-{tag}-{n}", _request(queue, n))
-        c.close()
-
+    """``TASKS`` single submissions from ``PRODUCERS`` threads (the submit floor's own
+    producers, ``http_floor.submit_only``): tasks/s and CPU ms per task of each side (and,
+    ``sampled``, the server's layers)."""
     spy = Sampler(server, "submit") if sampled else None
     gunicorn, db = descendants(server), mariadbd_pids()
-    g0, d0, p0, t0 = cpu(gunicorn), cpu(db), time.process_time(), time.monotonic()
-    run_threads(produce, PRODUCERS)
-    seconds = time.monotonic() - t0
+    g0, d0, p0 = cpu(gunicorn), cpu(db), time.process_time()
+    sent = http_floor.submit_only(url, bench.token, queue, TASKS, PRODUCERS, run_threads)
     per = 1000 / TASKS
     out = {
-        "tasks_per_s": TASKS / seconds,
+        "tasks_per_s": sent["per_s"],
         "producers_cpu_ms": (time.process_time() - p0) * per,
         "gunicorn_cpu_ms": (cpu(gunicorn) - g0) * per,
         "mariadbd_cpu_ms": (cpu(db) - d0) * per,
