@@ -111,9 +111,11 @@ BEGIN
     -- than the change it waited for.
     SET v_now = UTC_TIMESTAMP(6);
 
-    IF p_concurrency_key <> '' AND p_if_busy = 'skip' THEN
+    IF p_concurrency_key <> '' AND p_if_busy IN ('skip', 'replace') THEN
       CALL key_row_lock(p_namespace_id, p_concurrency_key, v_resource, v_holder, v_candidate,
                         v_waiting);
+    END IF;
+    IF v_resource IS NOT NULL AND p_if_busy = 'skip' THEN
       -- Busy: held, or a task of the key waits in any lane (ix_tasks_key_lane: the first
       -- entry of the key with a lane ends the read).
       SET v_busy = v_holder IS NOT NULL OR EXISTS (
@@ -122,9 +124,7 @@ BEGIN
            AND lane IS NOT NULL);
     END IF;
 
-    IF p_concurrency_key <> '' AND p_if_busy = 'replace' THEN
-      CALL key_row_lock(p_namespace_id, p_concurrency_key, v_resource, v_holder, v_candidate,
-                        v_waiting);
+    IF v_resource IS NOT NULL AND p_if_busy = 'replace' THEN
       -- The key's waiting tasks of this handler, read once through the lanes of
       -- ix_tasks_key_lane (never the key's finished tasks, however many the retention keeps):
       -- none can join while the key row is held. Each is then locked without waiting: one
