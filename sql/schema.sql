@@ -34,6 +34,7 @@ CREATE TABLE `attempts` (
   `created_at` datetime(6) NOT NULL COMMENT 'Claim time, UTC',
   `started_at` datetime(6) DEFAULT NULL COMMENT 'Start confirmation time',
   `finished_at` datetime(6) DEFAULT NULL COMMENT 'When it left LEASED/RUNNING',
+  `concurrency_slot` smallint(5) unsigned NOT NULL DEFAULT 0 COMMENT 'Slot of the key permit (P2), 0 to key_limit - 1; 0 for an unkeyed attempt',
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_attempts_public_id` (`public_id`),
   UNIQUE KEY `uq_attempts_number` (`task_id`,`attempt_number`),
@@ -53,6 +54,8 @@ CREATE TABLE `concurrency_resources` (
   `waiting_since` datetime(6) DEFAULT NULL COMMENT 'Since when tasks have waited for this key without a break (UTC); NULL = none waits',
   `created_at` datetime(6) NOT NULL COMMENT 'First use of the key, UTC',
   `updated_at` datetime(6) NOT NULL COMMENT 'Last claim or release, UTC',
+  `key_limit` smallint(5) unsigned NOT NULL DEFAULT 1 COMMENT 'Holders admitted at once: the policy in force (key_policies), kept by every policy change; 1 without one',
+  `slot_holders` smallint(5) unsigned NOT NULL DEFAULT 0 COMMENT 'Held slots of key_slots (slots 1..); the key has room while (holder_attempt_id IS NOT NULL) + slot_holders < key_limit',
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_concurrency_resources_key` (`namespace_id`,`concurrency_key`),
   KEY `ix_concurrency_resources_waiting` (`namespace_id`,`waiting_since`),
@@ -105,6 +108,28 @@ CREATE TABLE `key_floors` (
   `floor` bigint(20) unsigned NOT NULL DEFAULT 0 COMMENT 'At least the highest token of every key row of the stripe ever deleted; a key row made later starts here (R5)',
   PRIMARY KEY (`namespace_id`,`stripe`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Token floors of reclaimed key rows, 16 stripes per namespace; never lowered';
+
+CREATE TABLE `key_policies` (
+  `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT COMMENT 'Internal id',
+  `public_id` char(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'Public id, 32 lowercase hex (policy_id)',
+  `namespace_id` bigint(20) unsigned NOT NULL COMMENT 'Namespace whose keys the rule matches (namespaces.id)',
+  `match_kind` enum('KEY','PREFIX') NOT NULL COMMENT 'KEY: the key equals pattern; PREFIX: the key starts with pattern (the longest matching prefix wins; a KEY rule beats any prefix)',
+  `pattern` varchar(191) NOT NULL COMMENT 'The key, or the prefix, byte exact (K2 rules)',
+  `key_limit` smallint(5) unsigned NOT NULL COMMENT 'Holders the matching keys admit at once, 1 to 1000 (P1)',
+  `created_at` datetime(6) NOT NULL COMMENT 'Creation time, UTC',
+  `updated_at` datetime(6) NOT NULL COMMENT 'Last change, UTC',
+  PRIMARY KEY (`id`),
+  UNIQUE KEY `uq_key_policies_public_id` (`public_id`),
+  UNIQUE KEY `uq_key_policies_rule` (`namespace_id`,`match_kind`,`pattern`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Key policies: a limit per exact key or key prefix; no rule means limit 1';
+
+CREATE TABLE `key_slots` (
+  `resource_id` bigint(20) unsigned NOT NULL COMMENT 'concurrency_resources.id of the key',
+  `slot` smallint(5) unsigned NOT NULL COMMENT 'Slot number, 1 and up (slot 0 is the key row''s holder_attempt_id); made densely, lowest first',
+  `attempt_id` bigint(20) unsigned DEFAULT NULL COMMENT 'attempts.id holding the slot; NULL = free',
+  `updated_at` datetime(6) NOT NULL COMMENT 'Last grant or release of the slot, UTC',
+  PRIMARY KEY (`resource_id`,`slot`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Slots 1.. of keys whose limit is above 1; locked after their key row, deleted with it';
 
 CREATE TABLE `namespace_gates` (
   `namespace_id` bigint(20) unsigned NOT NULL COMMENT 'Namespace the gate admits writers of (namespaces.id)',

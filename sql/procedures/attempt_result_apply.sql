@@ -143,7 +143,11 @@ BEGIN
      WHERE (j.outcome = 'succeeded'
             OR (j.outcome = 'failed' AND (j.retryable = 0 OR q.retry_backoff_seconds > 0)))
        AND j.retryable IN (0, 1)
-       AND a.session_id = v_session AND a.state = 'RUNNING' AND a.lease_expires_at > v_now;
+       AND a.session_id = v_session AND a.state = 'RUNNING' AND a.lease_expires_at > v_now
+       -- A key permit goes with the group only as the holder of a key of limit 1 (its release
+       -- passes the key to one next task); a slot of a key of limit N goes one by one
+       -- (attempt_release: the slot freed, the next task promoted only where none is READY).
+       AND (p.attempt_id IS NULL OR (r.id IS NOT NULL AND r.key_limit = 1 AND r.slot_holders = 0));
     SET v_fast = ROW_COUNT();
   END IF;
 

@@ -121,7 +121,7 @@ BEGIN
   ELSE
     SELECT j.seq, NULLIF(j.error, '') AS item_error,
            a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state,
-           a.concurrency_token, t.concurrency_key, a.lease_expires_at, a.created_at,
+           a.concurrency_token, a.concurrency_slot, t.concurrency_key, a.lease_expires_at, a.created_at,
            a.started_at, a.finished_at, a.outcome, a.retryable, a.result, a.error
       FROM JSON_TABLE(v_out, '$[*]' COLUMNS (seq INT PATH '$.seq',
                                              id BIGINT UNSIGNED PATH '$.id',

@@ -1,8 +1,8 @@
 -- key_lane: the lane of a WAITING keyed task that is available now, and its key's row.
 -- Helper inside the caller's transaction (task_enter_lane, task_submit_one): the one place of
 -- the parking rule. Locks the key's row (key_row_lock: made on first use at its stripe's
--- token floor). READY when the key has no holder and no candidate and the task's queue is
--- ACTIVE (the caller then makes the task the key's candidate), else BLOCKED (parked until a
+-- token floor). READY when the key has room (P1: fewer holders than its limit) and no
+-- candidate and the task's queue is ACTIVE (the caller then makes the task the key's candidate), else BLOCKED (parked until a
 -- release promotes it). A task parked on a key none waited for starts the key's waiting_since.
 -- Locks: key_row_lock's.
 CREATE PROCEDURE key_lane(IN p_namespace_id BIGINT UNSIGNED,
@@ -11,11 +11,13 @@ CREATE PROCEDURE key_lane(IN p_namespace_id BIGINT UNSIGNED,
                           OUT p_lane VARCHAR(10))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
-  DECLARE v_holder BIGINT UNSIGNED;
+  DECLARE v_holders INT;
+  DECLARE v_room TINYINT;
   DECLARE v_candidate BIGINT UNSIGNED;
   DECLARE v_waiting DATETIME(6);
-  CALL key_row_lock(p_namespace_id, p_key, p_resource_id, v_holder, v_candidate, v_waiting);
-  SET p_lane = IF(v_holder IS NULL AND v_candidate IS NULL AND p_queue_state = 'ACTIVE',
+  CALL key_row_lock(p_namespace_id, p_key, p_resource_id, v_holders, v_room, v_candidate,
+                    v_waiting);
+  SET p_lane = IF(v_room AND v_candidate IS NULL AND p_queue_state = 'ACTIVE',
                   'READY', 'BLOCKED');
   IF p_lane = 'BLOCKED' AND v_waiting IS NULL THEN
     UPDATE concurrency_resources SET waiting_since = UTC_TIMESTAMP(6) WHERE id = p_resource_id;

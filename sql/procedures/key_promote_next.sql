@@ -1,6 +1,7 @@
--- key_promote_next: make the next parked task of a free key its READY candidate.
+-- key_promote_next: make the next parked task of a key with room its READY candidate.
 -- Helper inside the caller's transaction. The caller holds the concurrency_resources row (FOR
--- UPDATE) and has checked holder and candidate are both NULL.
+-- UPDATE). A key that has a candidate, or no room (as many holders as its limit, P1), is left
+-- as it is: one READY task a key at most, and none while it is full.
 -- Picks the best BLOCKED task of the key (priority, id) whose queue is ACTIVE and whose
 -- available_at has passed; tasks still backing off stay parked and are promoted by the due
 -- sweep (procrastinate #1599: a backing-off task must not wait for another release).
@@ -20,22 +21,27 @@ BEGIN
   DECLARE v_ns BIGINT UNSIGNED;
   DECLARE v_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
-  SELECT namespace_id, concurrency_key INTO v_ns, v_key
+  DECLARE v_open TINYINT DEFAULT 0;
+  SELECT namespace_id, concurrency_key,
+         candidate_task_id IS NULL AND (holder_attempt_id IS NOT NULL) + slot_holders < key_limit
+    INTO v_ns, v_key, v_open
     FROM concurrency_resources WHERE id = p_resource_id;
-  SELECT t.id INTO v_task
-    FROM tasks t FORCE INDEX (ix_tasks_key_lane)
-   WHERE t.namespace_id = v_ns AND t.concurrency_key = v_key AND t.lane = 'BLOCKED'
-     AND t.available_at <= v_now
-     AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
-   ORDER BY t.priority, t.id
-   LIMIT 1;
-  IF v_task IS NOT NULL THEN
-    UPDATE tasks SET lane = 'READY', updated_at = v_now WHERE id = v_task AND lane = 'BLOCKED';
-  END IF;
-  IF v_task IS NOT NULL AND ROW_COUNT() = 1 THEN
-    UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = p_resource_id;
-  ELSE
-    UPDATE concurrency_resources SET waiting_since = NULL
-     WHERE id = p_resource_id AND waiting_since IS NOT NULL;
+  IF v_open THEN
+    SELECT t.id INTO v_task
+      FROM tasks t FORCE INDEX (ix_tasks_key_lane)
+     WHERE t.namespace_id = v_ns AND t.concurrency_key = v_key AND t.lane = 'BLOCKED'
+       AND t.available_at <= v_now
+       AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
+     ORDER BY t.priority, t.id
+     LIMIT 1;
+    IF v_task IS NOT NULL THEN
+      UPDATE tasks SET lane = 'READY', updated_at = v_now WHERE id = v_task AND lane = 'BLOCKED';
+    END IF;
+    IF v_task IS NOT NULL AND ROW_COUNT() = 1 THEN
+      UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = p_resource_id;
+    ELSE
+      UPDATE concurrency_resources SET waiting_since = NULL
+       WHERE id = p_resource_id AND waiting_since IS NOT NULL;
+    END IF;
   END IF;
 END

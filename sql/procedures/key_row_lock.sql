@@ -1,22 +1,26 @@
 -- key_row_lock: lock a key's concurrency_resources row, creating it on first use (or after
 -- keys_reclaim deleted it) at its stripe's token floor (key_floor), so that no token of the key
--- goes back (R5, K7), and read it. Helper inside the caller's transaction (key_lane, and a
--- submission that decides on the key's state: if_busy). The lookup comes first: a key in use
--- never touches its floor.
+-- goes back (R5, K7), with the limit its policies give it (key_limit_init), and read it.
+-- Helper inside the caller's transaction (key_lane, and a submission that decides on the key's
+-- state: if_busy). The lookup comes first: a key in use never touches its floor.
+-- Out: the row's id, its holders (slot 0's and the held slots of key_slots), whether it has
+-- room for one more (P1: holders below its limit), its candidate and waiting_since.
 -- Locks: the key's concurrency_resources row; for a new row, its key_floors row first
---   (shared).
+--   (shared), and the namespace's key_policies rows after it (shared).
 CREATE PROCEDURE key_row_lock(IN p_namespace_id BIGINT UNSIGNED,
                               IN p_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-                              OUT p_resource_id BIGINT UNSIGNED, OUT p_holder BIGINT UNSIGNED,
-                              OUT p_candidate BIGINT UNSIGNED, OUT p_waiting DATETIME(6))
+                              OUT p_resource_id BIGINT UNSIGNED, OUT p_holders INT,
+                              OUT p_room TINYINT, OUT p_candidate BIGINT UNSIGNED,
+                              OUT p_waiting DATETIME(6))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   DECLARE v_floor BIGINT UNSIGNED;
   SET p_resource_id = NULL;
   -- A locking read of a key with no row locks nothing at READ COMMITTED (no gap lock).
-  SELECT id, holder_attempt_id, candidate_task_id, waiting_since
-    INTO p_resource_id, p_holder, p_candidate, p_waiting
+  SELECT id, (holder_attempt_id IS NOT NULL) + slot_holders,
+         (holder_attempt_id IS NOT NULL) + slot_holders < key_limit, candidate_task_id, waiting_since
+    INTO p_resource_id, p_holders, p_room, p_candidate, p_waiting
     FROM concurrency_resources
    WHERE namespace_id = p_namespace_id AND concurrency_key = p_key FOR UPDATE;
   IF p_resource_id IS NULL THEN
@@ -25,8 +29,10 @@ BEGIN
       VALUES (p_namespace_id, p_key, v_floor, v_now, v_now)
       ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id);
     SET p_resource_id = LAST_INSERT_ID();
-    SELECT holder_attempt_id, candidate_task_id, waiting_since
-      INTO p_holder, p_candidate, p_waiting
+    CALL key_limit_init(p_namespace_id, p_resource_id);
+    SELECT (holder_attempt_id IS NOT NULL) + slot_holders,
+           (holder_attempt_id IS NOT NULL) + slot_holders < key_limit, candidate_task_id, waiting_since
+      INTO p_holders, p_room, p_candidate, p_waiting
       FROM concurrency_resources WHERE id = p_resource_id FOR UPDATE;
   END IF;
 END

@@ -16,7 +16,8 @@
 -- Locks, per stripe: its key_floors row (exclusive: it waits for the creators of new keys of
 --   the stripe that hold it shared, none of which waits for anything this holds), then the
 --   stripe's candidate key rows with SKIP LOCKED (a key row a writer holds is busy: it is
---   left for a later pass, and this never waits for a key row).
+--   left for a later pass, and this never waits for a key row), then their key_slots rows
+--   (free: locked only ever after their key row).
 CREATE PROCEDURE keys_reclaim(IN p_namespace_id BIGINT UNSIGNED, IN p_batch INT UNSIGNED,
                               IN p_after_at DATETIME(6), IN p_after_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -56,7 +57,8 @@ BEGIN
    WHERE namespace_id = p_namespace_id AND updated_at < v_cutoff
      AND (p_after_at IS NULL OR updated_at > p_after_at
           OR (updated_at = p_after_at AND id > p_after_id))
-     AND holder_attempt_id IS NULL AND candidate_task_id IS NULL AND waiting_since IS NULL
+     AND holder_attempt_id IS NULL AND slot_holders = 0 AND candidate_task_id IS NULL
+     AND waiting_since IS NULL
    ORDER BY updated_at, id LIMIT p_batch;
   SET v_found = ROW_COUNT();
   SELECT updated_at, id INTO v_next_at, v_next_id FROM reclaim_keys_mem
@@ -75,7 +77,7 @@ BEGIN
     SELECT r.id, r.concurrency_key, r.token
       FROM concurrency_resources r FORCE INDEX (PRIMARY)
      WHERE r.id IN (SELECT m.id FROM reclaim_keys_mem m WHERE m.stripe = v_stripe)
-       AND r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL
+       AND r.holder_attempt_id IS NULL AND r.slot_holders = 0 AND r.candidate_task_id IS NULL
        AND r.waiting_since IS NULL AND r.updated_at < v_cutoff
        FOR UPDATE SKIP LOCKED;
     -- A task of the key still to run, or to be resolved, keeps the row. No task of a key can
@@ -94,6 +96,10 @@ BEGIN
       DELETE r FROM reclaim_locked_mem m
         STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = m.id;
       SET v_deleted = v_deleted + ROW_COUNT();
+      -- A key of limit above 1 leaves its slot rows (all free: no slot is held); a row made
+      -- later for the key starts without them.
+      DELETE s FROM reclaim_locked_mem m
+        STRAIGHT_JOIN key_slots s FORCE INDEX (PRIMARY) ON s.resource_id = m.id;
     END IF;
     COMMIT;
   END LOOP;

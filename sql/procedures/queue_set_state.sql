@@ -67,14 +67,16 @@ BEGIN
         SET v_next = NULL, v_resource = NULL;
         SELECT r.id INTO v_next FROM concurrency_resources r
          WHERE r.namespace_id = p_namespace_id AND r.id > v_item
-           AND r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL
+           AND (r.holder_attempt_id IS NOT NULL) + r.slot_holders < r.key_limit
+           AND r.candidate_task_id IS NULL
            AND (SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
                  WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
                    AND t.lane = 'BLOCKED' AND t.queue_id = v_queue LIMIT 1) IS NOT NULL
          ORDER BY r.id LIMIT 1;
         IF v_next IS NULL THEN LEAVE resume_loop; END IF;
         SELECT id INTO v_resource FROM concurrency_resources
-         WHERE id = v_next AND holder_attempt_id IS NULL AND candidate_task_id IS NULL
+         WHERE id = v_next AND (holder_attempt_id IS NOT NULL) + slot_holders < key_limit
+           AND candidate_task_id IS NULL
            FOR UPDATE;
         IF v_resource IS NOT NULL THEN
           CALL key_promote_next(v_resource);

@@ -11,7 +11,8 @@ CREATE PROCEDURE session_assignments(IN p_session_id BIGINT UNSIGNED,
                                      IN p_max_attempt_id BIGINT UNSIGNED)
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
-  SELECT a.public_id AS attempt_id, a.attempt_number, a.concurrency_token, a.lease_expires_at,
+  SELECT a.public_id AS attempt_id, a.attempt_number, a.concurrency_token, a.concurrency_slot,
+         a.lease_expires_at,
          t.public_id AS task_id, q.public_id AS queue_id, t.handler, t.handler_version,
          t.payload_version, t.payload, t.business_key, t.concurrency_key, t.priority,
          t.max_attempts, t.deadline_at, t.created_at

@@ -159,8 +159,8 @@ BEGIN
   IF v_fast > 0 THEN
     IF v_keyed > 0 THEN
       -- key_lane for the group: each key's row (created on first use at its floor, K7, R5) is
-      -- locked; a task is READY (and its key's candidate) when the key has no holder and no
-      -- candidate and the queue is ACTIVE, else parked BLOCKED.
+      -- locked; a task is READY (and its key's candidate) when the key has room (fewer holders
+      -- than its limit) and no candidate and the queue is ACTIVE, else parked BLOCKED.
       -- A key named by several items: in item order, the first in an ACTIVE queue may become
       -- the candidate and every later one parks behind it, as one submission after another
       -- would (submit_first_mem: each key's first such item; MySQL cannot open submit_fast_mem twice
@@ -189,6 +189,9 @@ BEGIN
                           WHERE r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key)
        ORDER BY f.concurrency_key
           ON DUPLICATE KEY UPDATE updated_at = concurrency_resources.updated_at;
+      IF ROW_COUNT() > 0 THEN
+        CALL key_limit_init(p_namespace_id, 0);  -- the new rows' limits (P1)
+      END IF;
       INSERT INTO submit_first_mem (concurrency_key, seq)
       SELECT f.concurrency_key, MIN(f.seq) FROM submit_fast_mem f STRAIGHT_JOIN queues q ON q.id = f.queue_id
        WHERE f.concurrency_key <> '' AND q.state = 'ACTIVE' GROUP BY f.concurrency_key;
@@ -197,7 +200,8 @@ BEGIN
           ON r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key
         LEFT JOIN submit_first_mem k ON k.concurrency_key = f.concurrency_key AND k.seq = f.seq
          SET f.resource_id = r.id,
-             f.lane = IF(r.holder_attempt_id IS NULL AND r.candidate_task_id IS NULL AND k.seq IS NOT NULL,
+             f.lane = IF((r.holder_attempt_id IS NOT NULL) + r.slot_holders < r.key_limit
+                         AND r.candidate_task_id IS NULL AND k.seq IS NOT NULL,
                          'READY', 'BLOCKED')
        WHERE f.concurrency_key <> '';
       UPDATE submit_fast_mem f

@@ -56,7 +56,8 @@ BEGIN
   DECLARE v_q_state VARCHAR(10);
   DECLARE v_lane VARCHAR(10);
   DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
-  DECLARE v_holder BIGINT UNSIGNED;
+  DECLARE v_holders INT;
+  DECLARE v_room TINYINT;
   DECLARE v_candidate BIGINT UNSIGNED;
   DECLARE v_waiting DATETIME(6);
   DECLARE v_busy TINYINT DEFAULT 0;
@@ -112,13 +113,13 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
 
     IF p_concurrency_key <> '' AND p_if_busy IN ('skip', 'replace') THEN
-      CALL key_row_lock(p_namespace_id, p_concurrency_key, v_resource, v_holder, v_candidate,
-                        v_waiting);
+      CALL key_row_lock(p_namespace_id, p_concurrency_key, v_resource, v_holders, v_room,
+                        v_candidate, v_waiting);
     END IF;
     IF v_resource IS NOT NULL AND p_if_busy = 'skip' THEN
       -- Busy: held, or a task of the key waits in any lane (ix_tasks_key_lane: the first
       -- entry of the key with a lane ends the read).
-      SET v_busy = v_holder IS NOT NULL OR EXISTS (
+      SET v_busy = v_holders > 0 OR EXISTS (
         SELECT 1 FROM tasks FORCE INDEX (ix_tasks_key_lane)
          WHERE namespace_id = p_namespace_id AND concurrency_key = p_concurrency_key
            AND lane IS NOT NULL);

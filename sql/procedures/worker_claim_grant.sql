@@ -26,7 +26,9 @@
 -- has at most one READY candidate, so ix_tasks_claim (queue_id, lane, priority, id) holds only
 -- claimable rows and the LIMIT never meets a blocked one. Two tasks of one key can never both
 -- be READY, and the key row is re-checked under its lock, so one batch never grants a key
--- twice; the write of the key's holder refuses a key that has one anyway (INTERNAL).
+-- twice; the write of the key's holder refuses a key that has one anyway (INTERNAL). A key
+-- of limit N (P1) has one READY candidate at a time too, while it has room; each grant of it
+-- (attempt_grant) promotes the next.
 --
 -- Fairness (W2): each call takes at most ceil(candidates seen / (1 + idle others)) tasks, where
 -- idle others are the OTHER open sessions sharing one of these queues, seen in the last 5
@@ -263,13 +265,16 @@ BEGIN
                c.token = IF(r.token >= v_ceiling, 0, GREATEST(r.token + 1, v_floor))
          WHERE c.take = 1 AND c.keyed = 1;
         -- A keyed grant needs its key free, this task its candidate, and token space left (a
-        -- key row that is missing leaves resource_id and token 0).
+        -- key row that is missing leaves resource_id and token 0). A key of limit above 1, or
+        -- with slots held past a lowered limit, takes attempt_grant: its grant picks a slot and
+        -- promotes the key's next task (P1, P2).
         SELECT COUNT(*) INTO v_bad
           FROM claim_picks_mem c
           LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
          WHERE c.take = 1
            AND (c.late = 1
                 OR (c.keyed = 1 AND (r.id IS NULL OR r.holder_attempt_id IS NOT NULL
+                                     OR r.key_limit <> 1 OR r.slot_holders <> 0
                                      OR NOT (r.candidate_task_id <=> c.task_id) OR c.token = 0)));
       END IF;
       IF v_bad = 0 AND v_limited > 0 THEN
