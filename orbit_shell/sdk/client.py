@@ -21,6 +21,7 @@ from orbit_shell import errors, validation
 from orbit_shell.sdk.models import (
     ApiError,
     Attempt,
+    KeyPolicy,
     Queue,
     SubmitReceipt,
     SubmitResult,
@@ -271,3 +272,26 @@ class Client:
 
     def resume_queue(self, queue_id: str) -> Queue:
         return Queue.from_json(self.request("POST", f"/v1/queues/{queue_id}/resume", {})[1])
+
+    def set_key_policy(
+        self, limit: int, *, key: str | None = None, prefix: str | None = None
+    ) -> KeyPolicy:
+        """Create or change the policy of ``key`` or of ``prefix`` (exactly one): its keys
+        admit ``limit`` holders at once (P1). A change reaches the keys at once (P3)."""
+        if (key is None) == (prefix is None):
+            raise ValueError("give exactly one of key and prefix")
+        body = {"key": key} if prefix is None else {"prefix": prefix}
+        found = [p for p in self.list_key_policies() if (p.key, p.prefix) == (key, prefix)]
+        if found:
+            path = f"/v1/key-policies/{found[0].policy_id}"
+            return KeyPolicy.from_json(self.request("PUT", path, {**body, "limit": limit})[1])
+        return KeyPolicy.from_json(
+            self.request("POST", "/v1/key-policies", {**body, "limit": limit})[1]
+        )
+
+    def list_key_policies(self) -> list[KeyPolicy]:
+        answer = self.request("GET", "/v1/key-policies", safe=True)[1]
+        return [KeyPolicy.from_json(p) for p in answer]
+
+    def delete_key_policy(self, policy_id: str) -> None:
+        self.request("DELETE", f"/v1/key-policies/{policy_id}")

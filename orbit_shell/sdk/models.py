@@ -222,6 +222,7 @@ class Attempt:
     outcome: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
+    concurrency_slot: int | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Attempt:
@@ -236,6 +237,7 @@ class Attempt:
             outcome=data.get("outcome"),
             started_at=data.get("started_at"),
             finished_at=data.get("finished_at"),
+            concurrency_slot=data.get("concurrency_slot"),
         )
 
 
@@ -260,3 +262,17 @@ class Queue:
 class TaskPage:
     tasks: list[Task]
     next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class KeyPolicy:
+    """A key policy (P1): ``key`` or ``prefix`` (the other is None) and its ``limit``."""
+
+    policy_id: str
+    key: str | None
+    prefix: str | None
+    limit: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KeyPolicy:
+        return cls(data["policy_id"], data.get("key"), data.get("prefix"), data["limit"])

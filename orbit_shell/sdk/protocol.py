@@ -47,13 +47,16 @@ class TaskInfo:
 
 @dataclass
 class TaskEvent:
-    """What a handler receives. ``concurrency_token`` is an int for keyed tasks, else None."""
+    """What a handler receives. ``concurrency_token`` is an int for keyed tasks, else None;
+    ``concurrency_slot`` the permit's slot of its key (P2: 0 to the key's limit - 1), else
+    None. A resource fences per ``(namespace, key, slot)``."""
 
     attempt_id: str
     attempt_number: int
     task: TaskInfo
     concurrency_token: int | None
     lease_expires_at: str
+    concurrency_slot: int | None = None
     lease_lost: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -64,13 +67,14 @@ class TaskEvent:
 class ProtocolGuard:
     """W5: refuse assignments that break the keyed-concurrency protocol.
 
-    Refused: a keyed task without a token, a token without a key, a keyed task on a session
-    that did not declare support, and a re-dispatch that changes an attempt's key or token.
+    Refused: a keyed task without a token, a token or a slot without a key, a keyed
+    task on a session that did not declare support, and a re-dispatch that changes an
+    attempt's key, token or slot.
     """
 
     def __init__(self, concurrency_keys: bool, remember: int = 10_000) -> None:
         self.concurrency_keys = concurrency_keys
-        self.seen: collections.OrderedDict[str, tuple[str | None, int | None]] = (
+        self.seen: collections.OrderedDict[str, tuple[str | None, int | None, int | None]] = (
             collections.OrderedDict()
         )
         self.remember = remember
@@ -90,10 +94,13 @@ class ProtocolGuard:
                 f"keyed task {task['task_id']} sent to a session without concurrency_keys"
             )
         token = None if raw_token is None else parse_token(raw_token)
+        slot = parse_slot(task["task_id"], key, wire.get("concurrency_slot"))
         attempt_id = wire["attempt_id"]
-        if attempt_id in self.seen and self.seen[attempt_id] != (key, token):
-            raise ProtocolError(f"re-dispatch of attempt {attempt_id} changed its key or token")
-        self.seen[attempt_id] = (key, token)
+        if attempt_id in self.seen and self.seen[attempt_id] != (key, token, slot):
+            raise ProtocolError(
+                f"re-dispatch of attempt {attempt_id} changed its key, token or slot"
+            )
+        self.seen[attempt_id] = (key, token, slot)
         self.seen.move_to_end(attempt_id)
         while len(self.seen) > self.remember:
             self.seen.popitem(last=False)
@@ -110,7 +117,23 @@ class ProtocolGuard:
             max_attempts=task.get("max_attempts"),
             deadline_at=task.get("deadline_at"),
         )
-        return TaskEvent(attempt_id, wire["attempt_number"], info, token, wire["lease_expires_at"])
+        return TaskEvent(
+            attempt_id, wire["attempt_number"], info, token, wire["lease_expires_at"], slot
+        )
+
+
+def parse_slot(task_id: str, key: str | None, raw: Any) -> int | None:
+    """A keyed assignment's slot (P2): an int of 0 to 999; none for an unkeyed one. A server
+    from before key policies sends no slot: every key there admits one holder, on slot 0."""
+    if key is None:
+        if raw is not None:
+            raise ProtocolError(f"task {task_id} has a slot but no key")
+        return None
+    if raw is None:
+        return 0
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw < 1000:
+        raise ProtocolError(f"task {task_id} has a slot that is not an int of 0 to 999: {raw!r}")
+    return raw
 
 
 class Outcome(NamedTuple):

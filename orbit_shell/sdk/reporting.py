@@ -98,6 +98,7 @@ class Reporting:
                 "attempt_id": event.attempt_id,
                 "task_id": event.task.task_id,
                 "concurrency_token": event.concurrency_token,
+                "concurrency_slot": event.concurrency_slot,
             }
             if answer is None:
                 log.error("result not delivered", extra={"action": "worker.result", **ids})

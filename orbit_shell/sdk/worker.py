@@ -17,7 +17,8 @@ with slots free (the key's next task is promoted in that transaction)::
 
     @worker.handler("object.update", "v1")
     def update(event):
-        store.write(event.task.concurrency_key, event.concurrency_token, ...)
+        store.write(ns, event.task.concurrency_key, event.concurrency_token, op_id, value,
+                    slot=event.concurrency_slot)
 
     worker.run(install_signals=True)   # SIGTERM/SIGINT: stop claiming, finish, goodbye
 
