@@ -268,6 +268,17 @@ class ConcurrencyKey(Check):
         return validate_concurrency_key(value, name)
 
 
+class KeyText(Check):
+    """A key or a key prefix a key policy names (P1): K2's rules, and never empty."""
+
+    schema = {**ConcurrencyKey.schema, "minLength": 1, "description": "K2: 1-191 characters"}
+
+    def __call__(self, name: str, value: Any) -> str:
+        if value == "":
+            raise field_error(name, "must not be empty")
+        return validate_concurrency_key(value, name)
+
+
 @dataclass
 class QueryInteger(Check):
     """An integer sent as a query string's decimal digits."""
@@ -316,6 +327,7 @@ class Shape:
     fields: dict[str, Field]
     post: Callable[[dict[str, Any]], None] | None = field(default=None)
     min_fields: int = 0  # at least this many of the fields must be given
+    one_of: tuple[str, ...] = ()  # exactly one of these fields must be given
 
     def parse(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -329,6 +341,12 @@ class Shape:
         if len(body) < self.min_fields:
             names = ", ".join(self.fields)
             raise InvalidArgument(f"give at least {self.min_fields} of: {names}")
+        if self.one_of and sum(name in body for name in self.one_of) != 1:
+            names = " and ".join(f'"{name}"' for name in self.one_of)
+            raise InvalidArgument(
+                f"give exactly one of {names}",
+                [{"field": name, "message": "give exactly one"} for name in self.one_of],
+            )
         out: dict[str, Any] = {}
         for name, spec in self.fields.items():
             if name in body:
@@ -350,6 +368,8 @@ class Shape:
         out["properties"] = {n: f.check.schema for n, f in self.fields.items()}
         if self.min_fields:
             out["minProperties"] = self.min_fields
+        if self.one_of:
+            out["oneOf"] = [{"required": [name]} for name in self.one_of]
         return out
 
 

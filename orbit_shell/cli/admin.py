@@ -1,6 +1,6 @@
 """``orbit-admin``: operator commands (bootstrap a tenant, create credentials with chosen scopes,
-revoke them, set quotas and retention windows, run a cleanup pass, create a direct-worker
-account, promote a replica, raise the token epoch after a restore)."""
+revoke them, set quotas, key policies and retention windows, run a cleanup pass, create a
+direct-worker account, promote a replica, raise the token epoch after a restore)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from urllib.parse import quote
 import pymysql
 
 from orbit_shell import errors
+from orbit_shell.cli import key_policy, retention
 from orbit_shell.cli import promote as promotion
-from orbit_shell.cli import retention
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
 from orbit_shell.server import auth
@@ -310,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         "--epoch-file", type=Path, help="where the last epoch given out is kept (read, written)"
     )
     retention.add_commands(sub)
+    key_policy.add_command(sub)
     args = parser.parse_args(argv)
     if args.command in ("promote", "raise-epoch"):
         try:
@@ -400,6 +401,7 @@ COMMANDS = {
     "set-quota": _set_quota,
     "retention": lambda database, args: _named(retention.retention, database, args),
     "cleanup": lambda database, args: _named(retention.run_cleanup, database, args),
+    "key-policy": lambda database, args: _named(key_policy.run, database, args),
 }
 
 

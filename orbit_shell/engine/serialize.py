@@ -25,9 +25,10 @@ def _json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def token(key: str, value: int) -> dict[str, str]:
-    """``{"concurrency_token": "17"}`` for keyed tasks, ``{}`` otherwise (K9)."""
-    return {"concurrency_token": str(value)} if key else {}
+def token(key: str, value: int, slot: int) -> dict[str, Any]:
+    """``{"concurrency_token": "17", "concurrency_slot": 0}`` for keyed tasks, ``{}``
+    otherwise (K9, P2: the slot of the permit, 0 under a limit of 1)."""
+    return {"concurrency_token": str(value), "concurrency_slot": slot} if key else {}
 
 
 def keys(row: dict[str, Any]) -> dict[str, str]:
@@ -105,30 +106,23 @@ def cancel_reason(row: dict[str, Any]) -> str | None:
 
 
 def key(row: dict[str, Any]) -> dict[str, Any]:
-    """A concurrency key as ``GET /v1/keys/{key}`` shows it (V1). ``state``: ``contended``
-    (tasks are parked on it, behind its holder or its READY candidate), ``held`` (an attempt
-    holds the permit and nothing is parked) or ``idle``.
+    """A concurrency key as ``GET /v1/keys/{key}`` shows it (V1, P2). ``state``: ``contended``
+    (tasks are parked on it, behind its holders or its READY candidate), ``held`` (attempts
+    hold permits and nothing is parked) or ``idle``. ``limit`` is the limit in force and
+    ``policy`` the rule that sets it (null: none, limit 1); ``holders`` lists every permit
+    with its slot, lowest slot first, and ``holder`` is the first of them.
     Tokens are decimal strings (K9); ``parked.count_is_lower_bound`` says the count stopped."""
-    held = row["holder_attempt_id"] is not None
     parked = row["parked"]
     oldest = row["oldest_parked"]
+    holders = [_holder(h) for h in row["holders"]]
     return {
         "concurrency_key": row["concurrency_key"],
-        "state": "contended" if parked else "held" if held else "idle",
+        "state": "contended" if parked else "held" if holders else "idle",
         "highest_token": str(row["token"]),
-        "holder": {
-            "task_id": row["holder_task_id"],
-            "attempt_id": row["attempt_id"] if row["holder_task_id"] else None,
-            "attempt_number": row["attempt_number"],
-            "attempt_state": row["attempt_state"],
-            "session_id": row["session_id"] if row["holder_task_id"] else None,
-            "worker_id": row["worker_id"] if row["holder_task_id"] else None,
-            "concurrency_token": str(row["holder_token"]),
-            "since": iso(row["since"]),
-            "lease_expires_at": iso(row["lease_expires_at"]),
-        }
-        if held
-        else None,
+        "limit": row["key_limit"],
+        "policy": _policy_ref(row["policy"]),
+        "holder": holders[0] if holders else None,
+        "holders": holders,
         "ready_task_id": row["ready_task_id"],
         "parked": {
             "count": min(parked, PARKED_COUNT_MAX),
@@ -138,6 +132,31 @@ def key(row: dict[str, Any]) -> dict[str, Any]:
         },
         "updated_at": iso(row["updated_at"]),
     }
+
+
+def _holder(h: dict[str, Any]) -> dict[str, Any]:
+    """One permit of a key; a holder the credential may not see keeps its slot, token and
+    times, not its ids (SPEC 1)."""
+    visible = h["holder_task_id"] is not None
+    return {
+        "concurrency_slot": int(h["slot"]),  # a UNION of 0 and a SMALLINT: DECIMAL
+        "task_id": h["holder_task_id"],
+        "attempt_id": h["attempt_id"] if visible else None,
+        "attempt_number": h["attempt_number"],
+        "attempt_state": h["attempt_state"],
+        "session_id": h["session_id"] if visible else None,
+        "worker_id": h["worker_id"] if visible else None,
+        "concurrency_token": None if h["holder_token"] is None else str(h["holder_token"]),
+        "since": iso(h["since"]),
+        "lease_expires_at": iso(h["lease_expires_at"]),
+    }
+
+
+def _policy_ref(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    match = "key" if row["match_kind"] == "KEY" else "prefix"
+    return {"policy_id": row["policy_id"], match: row["pattern"], "limit": row["key_limit"]}
 
 
 def waiting(task: dict[str, Any], why: dict[str, Any] | None) -> dict:
@@ -153,6 +172,8 @@ def waiting(task: dict[str, Any], why: dict[str, Any] | None) -> dict:
                 "concurrency_key": task["concurrency_key"],
                 "holder_task_id": why["holder_task_id"] if held else None,
                 "holder_token": str(why["holder_token"]) if held else None,
+                "holder_slot": why["holder_slot"] if held else None,
+                "limit": why["key_limit"],
                 "since": iso(why["since"]) if held else None,
             }
         }
@@ -167,7 +188,7 @@ def attempt(row: dict[str, Any]) -> dict[str, Any]:
         "task_id": row["task_id"],
         "attempt_number": row["attempt_number"],
         "state": row["state"],
-        **token(row["concurrency_key"], row["concurrency_token"]),
+        **token(row["concurrency_key"], row["concurrency_token"], row["concurrency_slot"]),
         "lease_expires_at": iso(row["lease_expires_at"]),
         "created_at": iso(row["created_at"]),
         "started_at": iso(row["started_at"]),
@@ -202,7 +223,7 @@ def assignment(row: dict[str, Any]) -> dict[str, Any]:
         "attempt_id": row["attempt_id"],
         "attempt_number": row["attempt_number"],
         "task": task,
-        **token(row["concurrency_key"], row["concurrency_token"]),
+        **token(row["concurrency_key"], row["concurrency_token"], row["concurrency_slot"]),
         "lease_expires_at": iso(row["lease_expires_at"]),
     }
 

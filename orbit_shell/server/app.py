@@ -25,6 +25,7 @@ from orbit_shell.server.config import Config
 from orbit_shell.server.dbmetrics import PurgeCollector, QueueCollector, RetentionCollector
 from orbit_shell.server.guard import SubmitGuard
 from orbit_shell.server.resources.attempts import Attempts
+from orbit_shell.server.resources.key_policies import KeyPolicies
 from orbit_shell.server.resources.keys import Keys
 from orbit_shell.server.resources.queues import Queues
 from orbit_shell.server.resources.schedules import Schedules
@@ -216,6 +217,7 @@ def create_app(
         "attempts": Attempts(config.max_body_bytes),
         "schedules": Schedules(config.max_body_bytes),
         "keys": Keys(),
+        "key_policies": KeyPolicies(config.max_body_bytes),
     }
     for route in ROUTES:
         kwargs = {"suffix": route.suffix} if route.suffix else {}

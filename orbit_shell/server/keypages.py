@@ -129,7 +129,10 @@ class KeyPages:
             "JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key) "
             "ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key "
             f"WHERE a.queue_id IN ({marks}) AND a.state IN ('LEASED', 'RUNNING') "
-            "AND a.concurrency_token > 0 AND r.holder_attempt_id = a.id "
+            "AND a.concurrency_token > 0 AND (r.holder_attempt_id = a.id OR "
+            # A key whose slot 0 is free is listed once, by its lowest held slot (P2).
+            "(r.holder_attempt_id IS NULL AND a.concurrency_slot = (SELECT MIN(s.slot) "
+            "FROM key_slots s WHERE s.resource_id = r.id AND s.attempt_id IS NOT NULL))) "
             + ("AND r.waiting_since IS NULL " if only_unwaited else "")
             + f"AND ({sort} > %s OR ({sort} = %s AND r.id > %s))"
             + self.like
@@ -163,7 +166,7 @@ class KeyPages:
 
     @staticmethod
     def _in_state(key: dict[str, Any], state: str | None) -> bool:
-        held = key["holder_attempt_id"] is not None
+        held = bool(key["holders"])
         if state == "held":
             return held
         if state == "contended":
@@ -212,7 +215,7 @@ class KeyPages:
                 return out, _encode(EPOCH, after)
             examined += 1
             found = self._visible(key)
-            if found is not None and found["holder_attempt_id"] is None and not found["parked"]:
+            if found is not None and not found["holders"] and not found["parked"]:
                 out.append(found)
             after = key
             for stream, at in heads.items():
@@ -228,12 +231,14 @@ class KeyPages:
                 "SELECT r.id, r.concurrency_key FROM concurrency_resources r "
                 "FORCE INDEX (ix_concurrency_resources_waiting) "
                 "WHERE r.namespace_id = %s AND r.waiting_since IS NULL AND r.id > %s "
-                "AND r.holder_attempt_id IS NULL" + self.like + " ORDER BY r.id LIMIT %s",
+                "AND r.holder_attempt_id IS NULL AND r.slot_holders = 0"
+                + self.like
+                + " ORDER BY r.id LIMIT %s",
                 [self.s.namespace_id, rid, *self.like_args, limit + 1],
             )
             for r in rows:
                 key = self._visible(r["concurrency_key"])
-                if key is None or key["holder_attempt_id"] is not None or key["parked"]:
+                if key is None or key["holders"] or key["parked"]:
                     rid = r["id"]
                     continue
                 if len(out) == limit:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orbit_shell import task_shapes
+from orbit_shell import policy_shapes, task_shapes
 from orbit_shell import validation as v
 from orbit_shell import worker_shapes as w
 from orbit_shell.server import schedules as sch
@@ -132,6 +132,32 @@ ROUTES: list[Route] = [
             "get": Op(
                 "Inspect a concurrency key: holder, tokens, ready and parked tasks", "tasks:read"
             )
+        },
+    ),
+    Route(
+        "/v1/key-policies",
+        "key_policies",
+        None,
+        {
+            "post": Op(
+                "Create a key policy: how many holders keys admit",
+                "queues:manage",
+                policy_shapes.KEY_POLICY,
+                201,
+            ),
+            "get": Op("List key policies", "queues:manage"),
+        },
+    ),
+    Route(
+        "/v1/key-policies/{policy_id}",
+        "key_policies",
+        "item",
+        {
+            "get": Op("Read a key policy", "queues:manage"),
+            "put": Op("Change a key policy", "queues:manage", policy_shapes.KEY_POLICY),
+            "delete": Op(
+                "Delete a key policy (its keys take the next rule's limit, or 1)", "queues:manage"
+            ),
         },
     ),
     Route(

@@ -14,7 +14,7 @@ from typing import Any
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.serialize import PARKED_COUNT_MAX
-from orbit_shell.server import queuecounts
+from orbit_shell.server import policies, queuecounts
 from orbit_shell.server.auth import Principal
 from orbit_shell.validation import MAX_BODY_BYTES
 
@@ -39,8 +39,8 @@ TASK_FROM = f"FROM tasks t {TASK_JOINS}"
 # An attempt's columns but its result and error (an attempt list reads those within a bound).
 ATTEMPT_HEAD = (
     "a.public_id AS attempt_id, t.public_id AS task_id, a.attempt_number, a.state, "
-    "a.concurrency_token, t.concurrency_key, a.lease_expires_at, a.created_at, a.started_at, "
-    "a.finished_at, a.outcome, a.retryable"
+    "a.concurrency_token, a.concurrency_slot, t.concurrency_key, a.lease_expires_at, "
+    "a.created_at, a.started_at, a.finished_at, a.outcome, a.retryable"
 )
 ATTEMPT_COLUMNS = ATTEMPT_HEAD + ", a.result, a.error"
 MAX_PAGE = 200
@@ -169,18 +169,22 @@ class Scope:
         return rows[0]
 
     def waiting(self, task: dict[str, Any]) -> dict[str, Any] | None:
-        """Why a WAITING task waits (V2): parked behind its key's holder, or in backoff until
-        a time; None when it is claimable now or not waiting. The holder's task id is left out
+        """Why a WAITING task waits (V2): parked behind its key's holder (of a key of limit N,
+        the holder of its lowest held slot), or in backoff until a time; None when it is
+        claimable now or not waiting. The holder's task id is left out
         for a credential whose queues do not take in the holder's queue (SPEC 1); its token and
         since when it holds the key are the key's, not the other queue's."""
         if task["state"] != "WAITING":
             return None
         [row] = self.db.query(
             "SELECT t.lane, h.public_id AS holder_task_id, h.queue_id AS holder_queue, "
-            "a.concurrency_token AS holder_token, a.created_at AS since "
+            "a.concurrency_token AS holder_token, a.concurrency_slot AS holder_slot, "
+            "a.created_at AS since, r.key_limit "
             "FROM tasks t LEFT JOIN concurrency_resources r ON t.lane = 'BLOCKED' "
             "AND r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key "
-            "LEFT JOIN attempts a ON a.id = r.holder_attempt_id "
+            "LEFT JOIN attempts a ON a.id = COALESCE(r.holder_attempt_id, "
+            "(SELECT s.attempt_id FROM key_slots s WHERE s.resource_id = r.id "
+            "AND s.attempt_id IS NOT NULL ORDER BY s.slot LIMIT 1)) "
             "LEFT JOIN tasks h ON h.id = a.task_id WHERE t.id = %s",
             [task["id"]],
         )
@@ -188,32 +192,48 @@ class Scope:
             row["holder_task_id"] = None
         return row
 
+    def key_policy(self, concurrency_key: str) -> dict[str, Any] | None:
+        """The key policy that applies to a key (P1), or None: no rule, limit 1."""
+        return policies.applying(self.db, self.namespace_id, concurrency_key)
+
     def key(self, concurrency_key: str) -> dict[str, Any]:
-        """A key's resource row with its holder, its READY candidate and its parked tasks
-        (V1), as far as the credential's queues take them in; NOT_FOUND for a key never used
-        in the namespace, or one none of whose tasks the credential may see.
+        """A key's resource row with its holders (P2: each with its slot), its limit and the
+        policy that sets it, its READY candidate and its parked tasks (V1), as far as the
+        credential's queues take them in; NOT_FOUND for a key never used in the namespace, or
+        one none of whose tasks the credential may see.
 
         Reads by index only: the resource by its unique key, the holder and candidate by
         primary key, the parked tasks through ``ix_tasks_key_lane`` (counted up to
         ``PARKED_COUNT_MAX``; the oldest found per priority, ten dives)."""
         rows = self.db.query(
-            "SELECT r.token, r.holder_attempt_id, r.updated_at, "
-            "a.public_id AS attempt_id, a.attempt_number, a.state AS attempt_state, "
-            "a.concurrency_token AS holder_token, a.created_at AS since, a.lease_expires_at, "
-            "h.public_id AS holder_task_id, h.queue_id AS holder_queue, "
-            "ws.public_id AS session_id, ws.worker_id, "
+            "SELECT r.id, r.token, r.key_limit, r.updated_at, "
             "c.public_id AS ready_task_id, c.queue_id AS ready_queue "
             "FROM concurrency_resources r "
-            "LEFT JOIN attempts a ON a.id = r.holder_attempt_id "
-            "LEFT JOIN tasks h ON h.id = a.task_id "
-            "LEFT JOIN worker_sessions ws ON ws.id = a.session_id "
             "LEFT JOIN tasks c ON c.id = r.candidate_task_id "
             "WHERE r.namespace_id = %s AND r.concurrency_key = %s",
             [self.namespace_id, concurrency_key],
         )
         if not rows:
             raise errors.NotFound("concurrency key not found")
-        row = {**rows[0], "concurrency_key": concurrency_key}
+        # Every holder with its slot (P2): slot 0 on the key row, the others in key_slots.
+        holders = self.db.query(
+            "SELECT x.slot, a.public_id AS attempt_id, a.attempt_number, "
+            "a.state AS attempt_state, a.concurrency_token AS holder_token, a.created_at AS since, "
+            "a.lease_expires_at, h.public_id AS holder_task_id, h.queue_id AS holder_queue, "
+            "ws.public_id AS session_id, ws.worker_id "
+            "FROM (SELECT 0 AS slot, holder_attempt_id AS attempt FROM concurrency_resources "
+            "WHERE id = %s AND holder_attempt_id IS NOT NULL UNION ALL "
+            "SELECT slot, attempt_id FROM key_slots WHERE resource_id = %s "
+            "AND attempt_id IS NOT NULL) x "
+            "LEFT JOIN attempts a ON a.id = x.attempt LEFT JOIN tasks h ON h.id = a.task_id "
+            "LEFT JOIN worker_sessions ws ON ws.id = a.session_id ORDER BY x.slot",
+            [rows[0]["id"], rows[0]["id"]],
+        )
+        for holder in holders:
+            if holder["holder_queue"] is not None and not self.covers_queue(holder["holder_queue"]):
+                holder["holder_task_id"] = None
+        row = {**rows[0], "concurrency_key": concurrency_key, "holders": holders}
+        row["policy"] = self.key_policy(concurrency_key)
         extra, args = self._queue_filter("queue_id")
         parked_where = (
             "FROM tasks FORCE INDEX (ix_tasks_key_lane) WHERE namespace_id = %s "
@@ -235,11 +255,10 @@ class Scope:
         )
         row["parked"] = counted["n"]
         row["oldest_parked"] = oldest[0] if oldest else None
-        for column, queue in (("holder_task_id", "holder_queue"), ("ready_task_id", "ready_queue")):
-            if row[queue] is not None and not self.covers_queue(row[queue]):
-                row[column] = None
+        if row["ready_queue"] is not None and not self.covers_queue(row["ready_queue"]):
+            row["ready_task_id"] = None
         if not self.principal.all_queues and not (
-            row["holder_task_id"] or row["ready_task_id"] or row["parked"]
+            any(h["holder_task_id"] for h in holders) or row["ready_task_id"] or row["parked"]
         ):
             # An idle key (or one whose only task of these queues is in backoff) is the
             # credential's when any of its tasks is in its queues: one index dive per queue

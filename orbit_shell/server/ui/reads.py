@@ -58,7 +58,8 @@ def key_tokens(s: Scope, concurrency_key: str, limit: int = 30) -> list[dict[str
     (ix_tasks_ns_key, newest tasks first, then each task's attempts)."""
     extra, args = s._queue_filter("t.queue_id")
     return s.db.query(
-        "SELECT a.public_id AS attempt_id, a.attempt_number, a.concurrency_token, a.state, "
+        "SELECT a.public_id AS attempt_id, a.attempt_number, a.concurrency_token, "
+        "a.concurrency_slot, a.state, "
         "a.created_at, a.finished_at, t.public_id AS task_id "
         "FROM (SELECT t.id, t.public_id FROM tasks t FORCE INDEX (ix_tasks_ns_key) "
         "WHERE t.namespace_id = %s AND t.concurrency_key = %s" + extra + " "

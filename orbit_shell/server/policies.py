@@ -1,0 +1,58 @@
+"""Key policies (P1, P3): their reads and their shape in answers. Writes go through
+``key_policy_write``, which keeps every key row's limit in step in the same transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orbit_shell import errors
+from orbit_shell.engine.db import Database
+from orbit_shell.engine.serialize import iso
+
+# A namespace holds at most this many policies (key_policy_write refuses more): a key row made
+# reads the prefix rules, and GET /v1/key-policies answers them all in one page.
+MAX_POLICIES = 1000
+COLUMNS = "public_id AS policy_id, match_kind, pattern, key_limit, created_at, updated_at"
+
+
+def applying(db: Database, namespace_id: int, key: str) -> dict[str, Any] | None:
+    """The rule that gives ``key`` its limit: the exact one, else the longest prefix
+    (key_policy_limit's choice), or None (limit 1)."""
+    rows = db.query(
+        f"SELECT {COLUMNS} FROM key_policies WHERE namespace_id = %s AND ("
+        "(match_kind = 'KEY' AND pattern = %s) OR "
+        "(match_kind = 'PREFIX' AND LEFT(%s, CHAR_LENGTH(pattern)) = pattern)) "
+        "ORDER BY match_kind = 'KEY' DESC, CHAR_LENGTH(pattern) DESC LIMIT 1",
+        [namespace_id, key, key],
+    )
+    return rows[0] if rows else None
+
+
+def listed(db: Database, namespace_id: int) -> list[dict[str, Any]]:
+    """Every policy of the namespace, exact keys first, each kind in byte order."""
+    return db.query(
+        f"SELECT {COLUMNS} FROM key_policies WHERE namespace_id = %s ORDER BY match_kind, pattern",
+        [namespace_id],
+    )
+
+
+def one(db: Database, namespace_id: int, policy_id: str) -> dict[str, Any]:
+    rows = db.query(
+        f"SELECT {COLUMNS} FROM key_policies WHERE namespace_id = %s AND public_id = %s",
+        [namespace_id, policy_id],
+    )
+    if not rows:
+        raise errors.NotFound("key policy not found")
+    return rows[0]
+
+
+def serialize(row: dict[str, Any]) -> dict[str, Any]:
+    """``{"policy_id", "key" | "prefix", "limit", "created_at", "updated_at"}``."""
+    match = "key" if row["match_kind"] == "KEY" else "prefix"
+    return {
+        "policy_id": row["policy_id"],
+        match: row["pattern"],
+        "limit": row["key_limit"],
+        "created_at": iso(row["created_at"]),
+        "updated_at": iso(row["updated_at"]),
+    }
