@@ -1,9 +1,11 @@
 """A history checker for keyed concurrency, pure Python.
 
 Feed it what clients and the resource saw; it verifies, per key, that tokens strictly increase
-in grant order, that server-valid holding intervals never overlap, and that the fenced resource
-accepted only writes carrying the highest token seen so far; over all tasks, that nothing
-accepted was lost, nothing succeeded twice and nothing appeared that was not submitted.
+in grant order, that server-valid holding intervals of one slot never overlap, that no permit
+was granted while the key already had its limit of holders (the limit in force at that grant,
+P1), and that the fenced resource accepted, per key and slot, only writes carrying the highest
+token seen so far; over all tasks, that nothing accepted was lost, nothing succeeded twice and
+nothing appeared that was not submitted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ class Grant:
     task: str
     start: float  # when the permit was granted
     end: float  # when it ended (result, cancel, recovery); inf while held
+    slot: int = 0  # P2: the permit's slot of the key
+    limit: int = 1  # P1: the key's limit in force when the permit was granted
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class Write:
     token: int
     seq: int  # order the resource applied (or refused) it in
     accepted: bool
+    slot: int = 0
 
 
 @dataclass
@@ -44,23 +49,37 @@ class History:
         for g in self.grants:
             by_key[g.key].append(g)
         overlaps = 0
+        most = 0
         for key, grants in by_key.items():
             grants.sort(key=lambda g: (g.start, g.token))
             tokens = [g.token for g in grants]
             assert all(a < b for a, b in zip(tokens, tokens[1:], strict=False)), (
                 f"{key}: tokens not strictly increasing in grant order: {tokens}"
             )
-            for a, b in zip(grants, grants[1:], strict=False):
-                if b.start < a.end:
-                    overlaps += 1
-                    raise AssertionError(f"{key}: holding intervals overlap: {a} and {b}")
+            by_slot: dict[int, list[Grant]] = defaultdict(list)
+            for g in grants:
+                by_slot[g.slot].append(g)
+            for slot, held in by_slot.items():
+                for a, b in zip(held, held[1:], strict=False):
+                    if b.start < a.end:
+                        overlaps += 1
+                        raise AssertionError(
+                            f"{key} slot {slot}: holding intervals overlap: {a} and {b}"
+                        )
+            # Holders when each permit was granted, itself included, against its limit then.
+            for i, g in enumerate(grants):
+                holders = 1 + sum(1 for h in grants[:i] if h.end > g.start)
+                most = max(most, holders)
+                assert holders <= g.limit, (
+                    f"{key}: {holders} holders at the grant of {g}, limit {g.limit}"
+                )
         stale_accepted = 0
-        highest: dict[str, int] = defaultdict(int)
+        highest: dict[tuple[str, int], int] = defaultdict(int)
         for w in sorted(self.writes, key=lambda w: w.seq):
             if w.accepted:
-                if w.token < highest[w.key]:
+                if w.token < highest[w.key, w.slot]:
                     stale_accepted += 1
-                highest[w.key] = max(highest[w.key], w.token)
+                highest[w.key, w.slot] = max(highest[w.key, w.slot], w.token)
         assert stale_accepted == 0, "the resource accepted a write with a stale token"
         unknown = set(self.final_states) - self.submitted
         assert not unknown, f"tasks that were never submitted: {sorted(unknown)[:3]}"
@@ -73,6 +92,7 @@ class History:
             "grants": len(self.grants),
             "keys": len(by_key),
             "overlaps": overlaps,
+            "most_holders": most,
             "writes": sum(w.accepted for w in self.writes),
             "stale_rejected": sum(not w.accepted for w in self.writes),
             "lost": len(lost),

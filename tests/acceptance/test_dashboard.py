@@ -188,3 +188,49 @@ def test_v1_tenant_b_never_appears_for_tenant_a(
         assert response.status == 404, path
     forged = page.request.get(orbit_server + "/ui/keys?state=bogus")
     assert forged.status == 400
+
+
+def test_p2_a_key_of_limit_3_shows_its_policy_its_holders_by_slot_and_a_lowered_limit(
+    browser, orbit_server, client, tenant
+):
+    key = "pool/tenant-7"
+    made = client.simulate_post(
+        "/v1/key-policies", headers=tenant.headers, json={"prefix": "pool/", "limit": 3}
+    ).json["data"]
+    ids = [
+        submit(client, tenant, None, 201, concurrency_key=key).json["data"]["task_id"]
+        for _ in range(4)
+    ]
+    session = Session(client, tenant, capacity=4, worker_id="pool-1")
+    grants = [g for _ in range(3) for g in session.claim(1)]
+    assert [g["concurrency_slot"] for g in grants] == [0, 1, 2]
+    page = signed_in(browser, orbit_server, tenant.token)
+    page.goto(orbit_server + "/ui/keys/" + quote(key, safe=""))
+    limit = page.inner_text("#key-limit")
+    assert "3 holders at once, 3 now" in limit and "pool/" in limit, limit
+    rows = page.locator("#holders tr.holder-row")
+    assert rows.count() == 3
+    cells = [rows.nth(i).locator("td").all_inner_texts() for i in range(3)]
+    assert [c[0] for c in cells] == ["0", "1", "2"]
+    assert [c[1] for c in cells] == [g["concurrency_token"] for g in grants]
+    assert page.inner_text("#holder-slot").startswith("0")
+    shoot(page, "key-limit-3")
+    page.goto(orbit_server + f"/ui/tasks/{ids[3]}")
+    waiting = page.inner_text("#waiting-for")
+    assert "slot 0 of the key's 3" in waiting, waiting
+    page.goto(orbit_server + f"/ui/tasks/{ids[2]}")
+    assert "slot 2" in page.inner_text("main")  # its attempt's token and slot
+    # Lowered to 1 while three hold: nobody is revoked, and the page says why it shows three.
+    client.simulate_put(
+        f"/v1/key-policies/{made['policy_id']}",
+        headers=tenant.headers,
+        json={"prefix": "pool/", "limit": 1},
+    )
+    page.goto(orbit_server + "/ui/keys/" + quote(key, safe=""))
+    assert "1 holder at once, 3 now" in page.inner_text("#key-limit")
+    assert "More holders than the limit" in page.inner_text("main")
+    # Without a policy: limit 1, said so, and no holders table.
+    submit(client, tenant, None, 201, concurrency_key="solo/1")
+    page.goto(orbit_server + "/ui/keys/" + quote("solo/1", safe=""))
+    assert "no key policy: 1" in page.inner_text("#key-limit")
+    assert page.locator("#holders").count() == 0

@@ -90,11 +90,12 @@ def test_sigstop_holder_past_its_lease_then_sigcont_is_refused_everywhere(
     print("\nsigstop: grants=2 stale_writes_attempted=1 rejected=1 overlaps=0 lost=0")
 
 
-def client_history(procs) -> History:
+def client_history(procs, limit_of=lambda key: 1) -> History:
     """Grants as the worker processes saw them: from a handler's start (after Start was
     confirmed) to its accepted fenced write, on the shared monotonic clock. That interval lies
-    inside the real holding interval, so two of them overlapping on one key would prove a double
-    grant. Handlers whose write was refused as stale held nothing valid and are left out."""
+    inside the real holding interval, so two of them overlapping on one slot of a key, or more
+    of them at once than the key's limit (``limit_of``), would prove a double grant. Handlers
+    whose write was refused as stale held nothing valid and are left out."""
     started, history = {}, History()
     for proc in procs:
         for line in proc.lines:
@@ -102,9 +103,18 @@ def client_history(procs) -> History:
             if kind == "started":
                 started[fields[0]] = float(fields[3])
             elif kind == "wrote":
-                attempt, token, key, at = fields
+                attempt, token, key, at, slot = fields
                 history.grants.append(
-                    Grant(key, int(token), attempt, "", started[attempt], float(at))
+                    Grant(
+                        key,
+                        int(token),
+                        attempt,
+                        "",
+                        started[attempt],
+                        float(at),
+                        int(slot),
+                        limit_of(key),
+                    )
                 )
     return history
 
@@ -129,17 +139,27 @@ def kill_connections(dsn: str) -> int:
         conn.close()
 
 
-def _history(database, tenant, submitted, fence_dsn) -> History:
+def _history(database, tenant, submitted, fence_dsn, limit_of=lambda key: 1) -> History:
     history = History(submitted=set(submitted))
     for r in database.query(
         "SELECT t.public_id AS task, t.concurrency_key AS k, a.public_id AS attempt, "
-        "a.concurrency_token AS token, a.created_at, a.finished_at FROM attempts a JOIN tasks t "
-        "ON t.id = a.task_id WHERE t.namespace_id = %s AND t.concurrency_key <> ''",
+        "a.concurrency_token AS token, a.concurrency_slot AS slot, a.created_at, a.finished_at "
+        "FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE t.namespace_id = %s "
+        "AND t.concurrency_key <> ''",
         (tenant.namespace_id,),
     ):
         end = r["finished_at"].timestamp() if r["finished_at"] else math.inf
         history.grants.append(
-            Grant(r["k"], r["token"], r["attempt"], r["task"], r["created_at"].timestamp(), end)
+            Grant(
+                r["k"],
+                r["token"],
+                r["attempt"],
+                r["task"],
+                r["created_at"].timestamp(),
+                end,
+                r["slot"],
+                limit_of(r["k"]),
+            )
         )
     for r in database.query(
         "SELECT public_id, state FROM tasks WHERE namespace_id = %s", (tenant.namespace_id,)
@@ -154,9 +174,9 @@ def _history(database, tenant, submitted, fence_dsn) -> History:
         history.successes[r["public_id"]] = r["n"]
     conn = db.connect(fence_dsn)
     with conn.cursor() as cur:
-        cur.execute("SELECT resource_key, token, seq FROM fence_operations")
+        cur.execute("SELECT resource_key, slot, token, seq FROM fence_operations")
         history.writes = [
-            Write(r["resource_key"], r["token"], r["seq"], True) for r in cur.fetchall()
+            Write(r["resource_key"], r["token"], r["seq"], True, r["slot"]) for r in cur.fetchall()
         ]
     conn.close()
     return history
@@ -199,6 +219,8 @@ class Reclaimer(threading.Thread):
 
 def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant, database, fence):
     """Short in CI; `tests/chaos/run --long` runs it with 10,000 tasks and repeated kills.
+    Every other key admits 3 holders: the checker holds each slot to one holder at a time and
+    each key to its limit.
     Key rows are reclaimed as soon as they are idle (key window 0), and nine tenths of the
     tasks are submitted while the run goes on, slower than the workers run them, so keys are
     deleted and made again between their tasks: the checker's "tokens strictly increasing
@@ -206,16 +228,26 @@ def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant,
     SqlFencedStore(fence, tenant.namespace).ensure_schema()
     client = Client(orbit_server, tenant.token, retries=8)
     queue = client.create_queue("mixed", lease_seconds=2).queue_id
+    # Every other key admits 3 holders (P1): its permits hold slots 0-2, fenced per slot.
+    client.set_key_policy(3, prefix="mixed/pool/")
+
+    def key_of(i: int) -> str:
+        k = i % CHAOS_KEYS
+        return f"mixed/{'pool' if k % 2 else 'one'}/{k}"
+
+    def limit_of(key: str) -> int:
+        return 3 if key.startswith("mixed/pool/") else 1
+
     database.call("namespace_retention", tenant.namespace_id, None, 0)
     reclaimer = Reclaimer(database, tenant.namespace_id)
     reclaimer.start()
     first = CHAOS_TASKS // 10  # the first tenth at once, the rest while the run goes on
-    submitted = [submit(client, queue, f"mixed/{i % CHAOS_KEYS}") for i in range(first)]
+    submitted = [submit(client, queue, key_of(i)) for i in range(first)]
 
     def produce() -> None:
         for i in range(first, CHAOS_TASKS):
             time.sleep(CHAOS_GAP)
-            submitted.append(submit(client, queue, f"mixed/{i % CHAOS_KEYS}"))
+            submitted.append(submit(client, queue, key_of(i)))
 
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
@@ -266,8 +298,8 @@ def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant,
         w.send_signal(signal.SIGTERM)
         w.wait(15)
     stale = sum(1 for w in SPAWNED for x in w.lines if x.startswith("stale"))
-    figures = _history(database, tenant, submitted, fence).check()
-    seen = client_history(SPAWNED).check()  # what the workers saw, on their own clocks
+    figures = _history(database, tenant, submitted, fence, limit_of).check()
+    seen = client_history(SPAWNED, limit_of).check()  # what the workers saw, on their clocks
     print(
         f"\nmixed: server={figures} client_grants={seen['grants']} "
         f"client_overlaps={seen['overlaps']} worker_kills={kills} "
@@ -277,6 +309,7 @@ def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant,
     assert reclaimer.reclaimed > 0
     assert figures["lost"] == 0 and figures["writes"] >= CHAOS_TASKS
     assert seen["grants"] >= CHAOS_TASKS and seen["overlaps"] == 0
+    assert figures["most_holders"] > 1  # the pool keys had several holders at once
 
 
 def test_kill_9_mariadbd_loses_no_accepted_task_and_no_token(tmp_path):

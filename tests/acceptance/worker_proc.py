@@ -1,5 +1,5 @@
 """A worker process for acceptance tests: its handler announces itself, sleeps, then writes
-through the SQL fenced store with its token. Configured by environment variables."""
+through the SQL fenced store with its token and slot. Configured by environment variables."""
 
 from __future__ import annotations
 
@@ -48,11 +48,13 @@ def main() -> None:
                 event.concurrency_token,
                 event.task.task_id,
                 os.environ.get("VALUE", "v"),
+                slot=event.concurrency_slot,
             )
         except StaleTokenError:
             say(f"stale {event.attempt_id} {event.concurrency_token}")
             raise
-        say(f"wrote {event.attempt_id} {event.concurrency_token} {key} {time.monotonic()}")
+        slot = event.concurrency_slot
+        say(f"wrote {event.attempt_id} {event.concurrency_token} {key} {time.monotonic()} {slot}")
         return {"token": str(event.concurrency_token)}
 
     worker.run(install_signals=True)

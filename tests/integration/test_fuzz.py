@@ -39,7 +39,8 @@ def tenants(database, tmp_path_factory):
 @pytest.fixture(scope="session")
 def real_ids(tenants, database, orbit_dsn):
     """Ids of real objects of the owner: a waiting task, a leased attempt of another, a
-    worker session, a schedule and the queue; path parameters are replaced by these."""
+    worker session, a schedule, a key policy and the queue; path parameters are replaced by
+    these."""
     owner, _ = tenants
     client = testing.TestClient(create_app(Config(dsn=orbit_dsn), database=database))
     for i in range(2):  # one to lease, one left waiting
@@ -64,6 +65,9 @@ def real_ids(tenants, database, orbit_dsn):
             "definition": {"task": task_body(owner.queue_id)},
         },
     ).json["data"]["schedule_id"]
+    policy = client.simulate_post(
+        "/v1/key-policies", headers=owner.headers, json={"prefix": "real/", "limit": 2}
+    ).json["data"]["policy_id"]
     return {
         "task_id": leased["task"]["task_id"],
         "number": "1",
@@ -72,6 +76,7 @@ def real_ids(tenants, database, orbit_dsn):
         "schedule_id": schedule,
         "queue_id": owner.queue_id,
         "concurrency_key": "real/key",
+        "policy_id": policy,
     }
 
 

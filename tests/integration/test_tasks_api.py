@@ -622,6 +622,8 @@ def test_v2_a_waiting_task_says_what_it_waits_for(client, tenant, database):
         "concurrency_key": "why/k",
         "holder_task_id": None,  # nobody holds it yet: the holder task is the key's candidate
         "holder_token": None,
+        "holder_slot": None,
+        "limit": 1,
         "since": None,
     }
     session = Session(client, tenant, queue_ids=[holder_queue], capacity=1)
@@ -631,6 +633,7 @@ def test_v2_a_waiting_task_says_what_it_waits_for(client, tenant, database):
     waiting = detail["waiting_for"]
     assert waiting["holder_task_id"] == granted["task"]["task_id"]
     assert waiting["holder_token"] == granted["concurrency_token"] == "1"
+    assert waiting["holder_slot"] == granted["concurrency_slot"] == 0
     assert waiting["since"] and waiting["concurrency_key"] == "why/k"
     limited = limited_credential(database, tenant, "tasks:read")  # the first queue only
     seen = client.simulate_get(f"/v1/tasks/{parked}", headers=limited).json["data"]["waiting_for"]

@@ -11,6 +11,7 @@ from orbit_shell.engine import db, dberrors, schema
 from orbit_shell.engine.schema import routine_name
 
 KEYED = "000005_keyed_concurrency"
+POLICIES = "000022_key_policies"
 
 
 def _rows(dsn: str, sql: str, args=()):
@@ -184,6 +185,44 @@ def test_k11_upgrade_backfills_legacy_rows(fresh_dsn):
     assert attempt["concurrency_token"] == 0
     assert session["concurrency_keys"] == 0
     schema.check(fresh_dsn)
+
+
+def test_h5_existing_keys_keep_limit_1_and_their_permits_slot_0(fresh_dsn):
+    """Upgrading to key policies changes no existing key: a key row held before the upgrade
+    has limit 1 and its holder's attempt slot 0, and the routines find no policy for it. The
+    new columns are added instantly (the migration says ALGORITHM=INSTANT), so the tables are
+    not copied under a running server."""
+    before = [m for m in schema.migration_ids() if m < POLICIES]
+    schema.apply(fresh_dsn, until=before[-1], install=False)
+    conn = db.connect(fresh_dsn)
+    try:
+        with conn.cursor() as cur:
+            now = "UTC_TIMESTAMP(6)"
+            cur.execute(
+                "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
+                f"holder_attempt_id, created_at, updated_at) VALUES (1, 'k', 7, 1, {now}, {now})"
+            )
+            cur.execute(
+                "INSERT INTO attempts (public_id, task_id, namespace_id, application_id, "
+                "queue_id, session_id, attempt_number, concurrency_token, state, "
+                f"lease_expires_at, created_at) VALUES (REPEAT('d', 32), 1, 1, 1, 1, 1, 1, 7, "
+                f"'RUNNING', {now}, {now})"
+            )
+    finally:
+        conn.close()
+    schema.apply(fresh_dsn)
+    [key] = _rows(
+        fresh_dsn,
+        "SELECT key_limit, slot_holders, holder_attempt_id, token FROM concurrency_resources",
+    )
+    assert key == {"key_limit": 1, "slot_holders": 0, "holder_attempt_id": 1, "token": 7}
+    [attempt] = _rows(fresh_dsn, "SELECT concurrency_slot FROM attempts")
+    assert attempt["concurrency_slot"] == 0
+    assert not _rows(fresh_dsn, "SELECT * FROM key_slots")
+    [limit] = _rows(fresh_dsn, f"SELECT {routine_name('key_policy_limit')}(1, 'k') AS n")
+    assert limit["n"] == 1
+    text = (schema.MIGRATIONS_DIR / f"{POLICIES}.sql").read_text()
+    assert text.count("  ALGORITHM=INSTANT;") == 2
 
 
 def test_server_refuses_newer_schema_and_foreign_routines(fresh_dsn):

@@ -11,7 +11,7 @@ from orbit_shell.sdk.models import ProtocolError, parse_token
 from orbit_shell.sdk.protocol import ProtocolGuard, Retry, outcome_of, report_bytes
 
 
-def assign(attempt="a" * 32, key="object/42", token="17"):
+def assign(attempt="a" * 32, key="object/42", token="17", slot=0):
     wire = {
         "type": "task.assign",
         "attempt_id": attempt,
@@ -30,6 +30,8 @@ def assign(attempt="a" * 32, key="object/42", token="17"):
         wire["task"]["concurrency_key"] = key
     if token is not None:
         wire["concurrency_token"] = token
+    if slot is not None and key is not None:
+        wire["concurrency_slot"] = slot
     return wire
 
 
@@ -56,13 +58,27 @@ def test_w5_keyed_task_on_a_session_without_support_is_refused():
     ProtocolGuard(False).check(assign(key=None, token=None))  # unkeyed still fine
 
 
-@pytest.mark.parametrize("change", [{"token": "18"}, {"key": "object/43"}])
-def test_w5_redispatch_that_changes_key_or_token_is_refused(change):
+@pytest.mark.parametrize("change", [{"token": "18"}, {"key": "object/43"}, {"slot": 1}])
+def test_w5_redispatch_that_changes_key_token_or_slot_is_refused(change):
     guard = ProtocolGuard(True)
     guard.check(assign())
     guard.check(assign())  # the same re-dispatch (resume) is fine
     with pytest.raises(ProtocolError, match="changed"):
         guard.check(assign(**change))
+
+
+def test_p2_the_slot_reaches_the_handler_and_a_bad_one_is_refused():
+    assert ProtocolGuard(True).check(assign(slot=2)).concurrency_slot == 2
+    assert ProtocolGuard(True).check(assign(key=None, token=None)).concurrency_slot is None
+    # A server from before key policies sends no slot: its keys admit one holder, slot 0.
+    assert ProtocolGuard(True).check(assign(slot=None)).concurrency_slot == 0
+    for bad in (-1, 1000, "1", 1.0, True):
+        with pytest.raises(ProtocolError, match="slot"):
+            ProtocolGuard(True).check(assign(slot=bad))
+    unkeyed = assign(key=None, token=None)
+    unkeyed["concurrency_slot"] = 0
+    with pytest.raises(ProtocolError, match="slot but no key"):
+        ProtocolGuard(True).check(unkeyed)
 
 
 @pytest.mark.parametrize("bad", [17, 17.0, "0", "-1", "1e3", "18446744073709551616", "017", ""])
