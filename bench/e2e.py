@@ -134,15 +134,20 @@ def e2e(
     rate: float = 0.0,
     claim_with_report: bool = True,
     direct_producer: bool = False,
+    key_limit: int = 1,
 ) -> dict:
     """Producers and SDK worker processes together; with ``drain`` the tasks are all submitted
     first and the clock starts when the workers do (the peer's way of measuring). Producers
     send ``batch`` tasks per request (POST /v1/tasks/batch; 1 = POST /v1/tasks each), at
     ``rate`` tasks/s in all when it is set (the submit-to-start latency of a queue that keeps
     up, where an unpaced run measures the backlog the producers build). With
-    ``direct_producer`` the producers submit over MySQL (``DirectProducer``) instead of HTTP."""
+    ``direct_producer`` the producers submit over MySQL (``DirectProducer``) instead of HTTP.
+    With ``key_limit`` above 1 a key policy lets each of the run's keys admit that many
+    holders (P1)."""
     client = Client(url, bench.token)
     queue = client.create_queue(f"e2e-{name}-{secrets.token_hex(3)}", lease_seconds=30).queue_id
+    if key_limit > 1:
+        client.set_key_policy(key_limit, prefix=f"{name}-{queue}-")
     client.close()
     env = dict(
         os.environ,
@@ -295,6 +300,7 @@ def e2e(
         "paced_submit_per_s": rate,
         "tasks": tasks,
         "keys": keys,
+        "key_limit": key_limit,
         "completed": done["n"],
         "tasks_per_s": done["n"] / elapsed,
         "submit_per_s": tasks / submit_s,

@@ -431,15 +431,30 @@ class Bench:
             **lock_delta(locks, lock_counters(self.db)),
         }
 
-    def blocked(self, parked: int, samples: int) -> dict:
+    def blocked(self, parked: int, samples: int, limit: int = 1, keys: int = 1) -> dict:
+        """Claims of free keys while ``parked`` tasks wait behind ``keys`` busy keys, each
+        of limit ``limit`` (a key policy, P1) with every slot held (P4: a full key keeps its
+        tasks out of every claim)."""
         key = "hot-" + secrets.token_hex(4)
+        busy = [key] if keys == 1 else [f"{key}-{j}" for j in range(keys)]
         d = Database(self.dsn, pool_size=2)
-        holder = self.hello(d, "holder-" + key)
-        self.submit(d, key, key)
-        [[held]] = d.call("worker_claim", self.ns, holder, 1, 0)
-        d.call("attempt_start", self.ns, holder, held["attempt_id"])
-        if parked:
-            park(self.dsn, self.ns, self.app, self.queue, key, parked)
+        holder = self.hello(d, "holder-" + key, capacity=limit * keys)
+        for k in busy:
+            if limit > 1:
+                d.call("key_policy_write", self.ns, None, "KEY", k, limit, 0)
+            for s in range(limit):
+                self.submit(d, f"{k}-held-{s}", k)
+        held_ids: list[str] = []
+        while len(held_ids) < limit * keys:  # one grant a key a claim: each promotes the next
+            [rows] = d.call("worker_claim", self.ns, holder, limit * keys, 0)[:1]
+            assert rows, "the busy keys' slots were not all granted"
+            for row in rows:
+                d.call("attempt_start", self.ns, holder, row["attempt_id"])
+                held_ids.append(row["attempt_id"])
+        held = {"attempt_id": held_ids[0]}
+        for k in busy:
+            if parked:
+                park(self.dsn, self.ns, self.app, self.queue, k, parked // keys)
         sid = self.hello(d, "claimer-" + key)
         conn = db.connect(self.dsn)
         latencies, reads = [], []
@@ -457,6 +472,8 @@ class Bench:
         d.close()
         return {
             "parked": parked,
+            "limit": limit,
+            "keys": keys,
             "claim_p50_ms": pct(latencies, 50),
             "claim_p99_ms": pct(latencies, 99),
             "rows_read_per_claim": statistics.median(reads),

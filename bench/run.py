@@ -14,7 +14,8 @@ Parts:
              and 10 keys (report-and-claim that starts what it claims: the hot-keys run's
              call, from an SDK worker without prefetch), each beside
              the SPEC floor's turn (bench/spec_floor_keys.py)
-  blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks;
+  blocked    claim latency and rows read per claim with 0 / 10k (/ 100k / 1M) parked tasks,
+             behind one key of limit 1 and behind 10 keys of limit 4 with every slot held;
              an unkeyed session's claim and probe with 0 / 10k (/ 100k) READY keyed tasks;
              the sweeper's rows read per lease after 1,000 leases lapse at once behind 0 / 10k
              (/ 100k) finished tasks, and what an empty claim and its probe read there
@@ -32,6 +33,8 @@ Parts:
              rows its query reads with it and without it (bench/indexes.py)
   policies   (asked for with --only policies) a debounce burst on one key against the same
              submissions parked: accepted/s, tasks run, deadlocks (bench/policies.py)
+  limits     (asked for with --only limits) 8,000 tasks over 400 keys of limit 1 against 100
+             keys of limit 4, the same workers: tasks/s, deadlocks (bench/limits.py)
   layers     (asked for with --only layers) where a single submission's time and CPU go, and
              a worker round's: per layer, sampled with py-spy (bench/layers.py)
 """
@@ -69,6 +72,7 @@ from e2e import e2e, start_server  # noqa: E402
 from engine_parts import Bench  # noqa: E402
 from indexes import run_indexes  # noqa: E402
 from layers import run_layers  # noqa: E402
+from limits import run_limits  # noqa: E402
 from measures import (  # noqa: E402
     deadlock_reports,
     descendants,
@@ -290,6 +294,19 @@ def run_blocked(bench: Bench, args, parts: set[str], results: dict, began: dict)
                 f"release of the busy key {b['release_of_busy_key_ms']:.1f} ms",
                 flush=True,
             )
+        # The same behind 10 keys of limit 4 (P1, P4), each with its four slots held.
+        sizes = [0, 10_000] + ([1_000_000] if args.large else [])
+        results["blocked_limit"] = [bench.blocked(n, 200, limit=4, keys=10) for n in sizes]
+        base = results["blocked_limit"][0]["claim_p99_ms"]
+        for b in results["blocked_limit"]:
+            print(
+                f"blocked: {b['parked']:>8} parked behind {b['keys']} keys of limit "
+                f"{b['limit']}  claim p50 {b['claim_p50_ms']:.2f} ms  "
+                f"p99 {b['claim_p99_ms']:.2f} ms ({b['claim_p99_ms'] / base:.2f}x of 0)  "
+                f"rows read {b['rows_read_per_claim']:.0f}  "
+                f"release of a busy key's slot {b['release_of_busy_key_ms']:.1f} ms",
+                flush=True,
+            )
         results["sweep"] = [
             bench.sweep(n, 1000) for n in [0, 10_000] + ([100_000] if args.large else [])
         ]
@@ -387,7 +404,7 @@ def run_served(
 ) -> None:
     """The parts that need an `orbit` server: peer and e2e (``scenarios`` of it, or all),
     then their figures."""
-    if parts & {"e2e", "peer", "cleanup", "celery", "layers", "policies"}:
+    if parts & {"e2e", "peer", "cleanup", "celery", "layers", "policies", "limits"}:
         # The bench decides when the cleanup runs (the cleanup part): the leader's is off.
         proc_server, url = start_server(dsn, workers=4, env={"ORBIT_CLEANUP_INTERVAL": "0"})
         try:
@@ -399,6 +416,9 @@ def run_served(
             if "policies" in parts:
                 began["policies"] = time.monotonic()
                 results["policies"] = run_policies(bench, url)
+            if "limits" in parts:
+                began["limits"] = time.monotonic()
+                results["limits"] = run_limits(bench, url, args.capacity)
             if "layers" in parts:
                 began["layers"] = time.monotonic()
                 results["layers"] = run_layers(bench, url, proc_server.pid)
@@ -546,6 +566,7 @@ def parse_args() -> tuple[argparse.Namespace, argparse.ArgumentParser]:
             "celery",
             "layers",
             "policies",
+            "limits",
         ],
         nargs="*",
     )

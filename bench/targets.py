@@ -143,13 +143,23 @@ def summary(results: dict[str, Any], default: dict[str, Any] | None = None) -> l
             _row("single submissions against the HTTP floor", f"{ratio:.2f}x", ">= 0.75x",
                  ratio >= 0.75)
         )  # fmt: skip
-    if results.get("blocked"):
-        base, last = results["blocked"][0], results["blocked"][-1]
+    if results.get("limits"):
+        ratio, limits = results["limits"]["ratio"], results["limits"]
+        deadlocks = limits["limit1"]["deadlocks"] + limits["limit4"]["deadlocks"]
+        rows.append(
+            _row("keys of limit 4 against limit 1, tasks/s", f"{ratio:.2f}x", ">= 0.9x",
+                 ratio >= 0.9)
+        )  # fmt: skip
+        rows.append(_row("limits part deadlocks", str(deadlocks), "0", deadlocks == 0))
+    for part, behind in (("blocked", ""), ("blocked_limit", " behind keys of limit 4")):
+        if not results.get(part):
+            continue
+        base, last = results[part][0], results[part][-1]
         times = last["claim_p99_ms"] / base["claim_p99_ms"]
         at_million = last["parked"] >= 1_000_000
         rows.append(
             _row(
-                f"claim p99 at {last['parked']:,} parked",
+                f"claim p99 at {last['parked']:,} parked{behind}",
                 f"{times:.2f}x of 0 parked",
                 "<= 2x at 1M",
                 times <= 2 if at_million else None,

@@ -5,7 +5,7 @@
 -- Params: as attempt_result_many, and the session's internal id, resolved by the caller before
 --   its transaction (NULL when the session is unknown: every item is LEASE_LOST). Out: the
 --   application (from the gate), its quotas (namespace_gate's bits), and the per-item outcomes
---   of the items that went one by one, as JSON (the group's are in result_items_mem).
+--   of the items that went one by one, as JSON (the group's are in result_group_mem).
 --
 -- Two paths with one outcome. The common item, a 'succeeded' or 'failed' result for a RUNNING
 -- attempt of this session whose lease has not expired, named once in the batch (a retryable
@@ -57,6 +57,7 @@ BEGIN
   DECLARE v_queue_ids MEDIUMTEXT;
   DECLARE v_locked_ids TEXT;
   DECLARE v_keys MEDIUMTEXT;
+  DECLARE v_slotted INT DEFAULT 0;
   DECLARE v_text_seqs TEXT DEFAULT '';
   DECLARE v_grouped TINYINT DEFAULT 0;
   DECLARE v_texted TINYINT DEFAULT 0;
@@ -103,8 +104,8 @@ BEGIN
     SET v_now = UTC_TIMESTAMP(6);
     -- state: the attempt's new state; a retry whose attempts or deadline run out is FAILED
     -- below, once its backoff is drawn. started: the task's started attempts, this one too.
-    INSERT INTO result_items_mem (seq, attempt_id, task_id, queue_id, resource_id, token, fp, state,
-                                  retryable, started, texts, limits, delay)
+    INSERT INTO result_group_mem (seq, attempt_id, task_id, queue_id, resource_id, token, fp, state,
+                                  retryable, started, texts, limits, delay, slot)
     SELECT j.seq - 1, a.id, a.task_id, a.queue_id, COALESCE(r.id, 0), a.concurrency_token,
            SHA2(CONCAT(j.outcome, '|', j.retryable, '|', COALESCE(NULLIF(j.result, ''), 'null'),
                        '|', COALESCE(NULLIF(j.error, ''), 'null')), 256),
@@ -123,7 +124,8 @@ BEGIN
                     q.retry_backoff_seconds * POW(2, LEAST(
                       (SELECT COUNT(*) FROM attempts s FORCE INDEX (uq_attempts_number)
                         WHERE s.task_id = a.task_id AND s.started_at IS NOT NULL), 30) - 1))
-              * (0.5 + RAND() / 2), 0)
+              * (0.5 + RAND() / 2), 0),
+           a.concurrency_slot
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              seq FOR ORDINALITY,
              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id',
@@ -139,15 +141,20 @@ BEGIN
       STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
       STRAIGHT_JOIN queues q FORCE INDEX (PRIMARY) ON q.id = a.queue_id
       LEFT JOIN permits p FORCE INDEX (PRIMARY) ON p.attempt_id = a.id AND p.kind = 'KEY'
-      LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = p.scope_id AND r.holder_attempt_id = a.id
+      -- The key row where the attempt holds its slot (P2): slot 0 on the row, any other in
+      -- key_slots.
+      LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY)
+        ON r.id = p.scope_id
+       AND IF(a.concurrency_slot = 0, r.holder_attempt_id = a.id,
+              EXISTS (SELECT 1 FROM key_slots s FORCE INDEX (PRIMARY)
+                       WHERE s.resource_id = p.scope_id AND s.slot = a.concurrency_slot
+                         AND s.attempt_id = a.id))
      WHERE (j.outcome = 'succeeded'
             OR (j.outcome = 'failed' AND (j.retryable = 0 OR q.retry_backoff_seconds > 0)))
        AND j.retryable IN (0, 1)
        AND a.session_id = v_session AND a.state = 'RUNNING' AND a.lease_expires_at > v_now
-       -- A key permit goes with the group only as the holder of a key of limit 1 (its release
-       -- passes the key to one next task); a slot of a key of limit N goes one by one
-       -- (attempt_release: the slot freed, the next task promoted only where none is READY).
-       AND (p.attempt_id IS NULL OR (r.id IS NOT NULL AND r.key_limit = 1 AND r.slot_holders = 0));
+       -- A key permit goes with the group where the attempt still holds its slot.
+       AND (p.attempt_id IS NULL OR r.id IS NOT NULL);
     SET v_fast = ROW_COUNT();
   END IF;
 
@@ -156,14 +163,14 @@ BEGIN
     -- keys skips the retry statement and the keys' three, one without limits the counters.
     SELECT GROUP_CONCAT(seq), COALESCE(GROUP_CONCAT(IF(texts = 1, seq, NULL)), ''),
            SUM(state = 'RETRY'), SUM(texts), SUM(resource_id > 0), MIN(queue_id), MAX(queue_id),
-           BIT_OR(limits)
+           BIT_OR(limits), SUM(resource_id > 0 AND slot > 0)
       INTO v_fast_seqs, v_text_seqs, v_retries, v_texts, v_keyed, v_queue_low, v_queue_high,
-           v_queue_limits
-      FROM result_items_mem;
+           v_queue_limits, v_slotted
+      FROM result_group_mem;
     SET v_done = v_fast - v_retries;
     IF v_retries > 0 THEN
       -- Retries (their backoff drawn above): one whose attempts or deadline run out fails.
-      UPDATE result_items_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
+      UPDATE result_group_mem f STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
          SET f.state = 'FAILED'
        WHERE f.state = 'RETRY'
          AND NOT (f.started < t.max_attempts
@@ -178,7 +185,7 @@ BEGIN
     -- temporary table, MariaDB's in-memory one holds no TEXT, and the on-disk ones it then
     -- makes cost a fifth of the call's time and, on MariaDB 10.11, crashed a freshly
     -- promoted server in their error path (sql/README.md).
-    UPDATE result_items_mem f
+    UPDATE result_group_mem f
       STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY) ON a.id = f.attempt_id
       STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = f.task_id
        SET a.outcome = IF(f.state = 'SUCCEEDED', 'succeeded', 'failed'), a.retryable = f.retryable,
@@ -198,7 +205,7 @@ BEGIN
          WHERE id = v_queue_low;
       ELSE
         UPDATE queues q
-          JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_items_mem
+          JOIN (SELECT queue_id, COUNT(*) AS n, SUM(state <> 'RETRY') AS done FROM result_group_mem
                  WHERE limits > 0 GROUP BY queue_id) c ON c.queue_id = q.id
            SET q.active_attempts = q.active_attempts - IF(q.max_concurrency IS NULL, 0, c.n),
                q.unfinished_tasks = q.unfinished_tasks - IF(q.max_unfinished IS NULL, 0, c.done);
@@ -211,12 +218,26 @@ BEGIN
              unfinished_tasks = unfinished_tasks - IF(v_limits & 2, v_done, 0)
        WHERE id = v_app;
     END IF;
-    IF v_keyed > 0 THEN
-      UPDATE result_items_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+    IF v_keyed > v_slotted THEN
+      UPDATE result_group_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
          SET r.holder_attempt_id = NULL, r.version = r.version + 1, r.updated_at = v_now
        WHERE r.holder_attempt_id = f.attempt_id;
     END IF;
-    DELETE p FROM result_items_mem f STRAIGHT_JOIN permits p FORCE INDEX (PRIMARY) ON p.attempt_id = f.attempt_id;
+    IF v_slotted > 0 THEN
+      -- Slots 1.. (P2): each freed, and its key's count of them lowered by the key's items (a
+      -- multi-table UPDATE changes a row once, however many items join it). From the counts to
+      -- the key rows by primary key: joined the other way, the key table was scanned, each
+      -- row locked as it was read, and claims holding some of them deadlocked with it.
+      UPDATE result_group_mem f
+        STRAIGHT_JOIN key_slots s FORCE INDEX (PRIMARY) ON s.resource_id = f.resource_id AND s.slot = f.slot
+         SET s.attempt_id = NULL, s.updated_at = v_now
+       WHERE f.resource_id > 0 AND f.slot > 0 AND s.attempt_id = f.attempt_id;
+      UPDATE (SELECT resource_id, COUNT(*) AS n FROM result_group_mem
+               WHERE resource_id > 0 AND slot > 0 GROUP BY resource_id) x
+        STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = x.resource_id
+         SET r.slot_holders = r.slot_holders - x.n, r.version = r.version + 1, r.updated_at = v_now;
+    END IF;
+    DELETE p FROM result_group_mem f STRAIGHT_JOIN permits p FORCE INDEX (PRIMARY) ON p.attempt_id = f.attempt_id;
     INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                               from_state, to_state, actor, details, created_at)
     SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0),
@@ -225,7 +246,7 @@ BEGIN
            CASE WHEN state = 'RETRY' THEN CONCAT('retry after ', ROUND(delay, 3), 's')
                 WHEN state = 'FAILED' AND retryable = 1 THEN 'attempts or deadline exhausted' END,
            v_now
-      FROM result_items_mem ORDER BY seq;
+      FROM result_group_mem ORDER BY seq;
     IF v_keyed > 0 THEN
       -- Each freed key passes to its next parked task: key_promote_next for the group. The
       -- dependent subquery reads each key's parked rows in ix_tasks_key_lane order and stops at
@@ -233,15 +254,19 @@ BEGIN
       -- sort every parked row of the key). An INSERT ... SELECT reads it without locks: the
       -- key rows are held, and every change of a key's parked tasks holds its key row, so what
       -- it finds stays as found; the promoted rows are locked by the UPDATE after it.
+      -- A key of limit N (P1) may have a READY task already, or still be full after a lowered
+      -- limit: only a key with room and no candidate takes one; several items of one key
+      -- choose the same task (DISTINCT).
       INSERT INTO result_next_mem (resource_id, next_task)
-      SELECT f.resource_id, COALESCE((
+      SELECT DISTINCT f.resource_id, COALESCE((
                SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
                 WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
                   AND t.lane = 'BLOCKED' AND t.available_at <= v_now
                   AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
                 ORDER BY t.priority, t.id LIMIT 1), 0)
-        FROM result_items_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
-       WHERE f.resource_id > 0;
+        FROM result_group_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+       WHERE f.resource_id > 0 AND r.candidate_task_id IS NULL
+         AND (r.holder_attempt_id IS NOT NULL) + r.slot_holders < r.key_limit;
       -- Each task found made READY and its key's candidate, in one statement; a key with no
       -- task to promote has none waiting for it (key_promote_next's rule).
       UPDATE result_next_mem n
@@ -283,7 +308,7 @@ BEGIN
       -- task_finish's effects for SUCCEEDED (the result kept) and FAILED (the error kept); a
       -- retry waits with its error kept, as task_enter_lane puts it.
       SELECT attempt_id, task_id, state INTO v_attempt, v_task, v_state
-        FROM result_items_mem WHERE seq = v_i;
+        FROM result_group_mem WHERE seq = v_i;
       UPDATE attempts SET result = v_result, error = v_text WHERE id = v_attempt;
       UPDATE tasks
          SET result = IF(v_state = 'SUCCEEDED', COALESCE(v_result, result), result),

@@ -86,6 +86,9 @@ BEGIN
   DECLARE v_queue_ids MEDIUMTEXT;
   DECLARE v_bytes BIGINT UNSIGNED DEFAULT 0;
   DECLARE v_fit INT DEFAULT 0;
+  DECLARE v_slotted INT DEFAULT 0;
+  DECLARE v_written INT DEFAULT 0;
+  DECLARE v_room INT DEFAULT 0;
   -- The payload bytes one claim's grants may carry together (the first is granted whatever
   -- its size): the request body's bound (validation.MAX_BODY_BYTES), so that no answer
   -- carries more than a request may.
@@ -143,7 +146,7 @@ BEGIN
       -- A session without concurrency_keys reads the unkeyed rows' own range: through
       -- ix_tasks_claim it would read every READY keyed row ahead of them (migration 000007).
       IF v_keys = 1 THEN
-        INSERT INTO claim_picks_mem (task_id, priority, take, queue_id, keyed, late,
+        INSERT INTO claim_grants_mem (task_id, priority, take, queue_id, keyed, late,
                                      attempt_number, expires_at, payload_bytes)
         SELECT id, priority, 1, queue_id, concurrency_key <> '', COALESCE(deadline_at <= v_now, 0),
                attempts_used + 1, LEAST(COALESCE(deadline_at, v_now + INTERVAL v_lease SECOND),
@@ -154,7 +157,7 @@ BEGIN
          ORDER BY priority, id LIMIT v_want
            FOR UPDATE SKIP LOCKED;
       ELSE
-        INSERT INTO claim_picks_mem (task_id, priority, take, queue_id, keyed, late,
+        INSERT INTO claim_grants_mem (task_id, priority, take, queue_id, keyed, late,
                                      attempt_number, expires_at, payload_bytes)
         SELECT id, priority, 1, queue_id, 0, COALESCE(deadline_at <= v_now, 0),
                attempts_used + 1, LEAST(COALESCE(deadline_at, v_now + INTERVAL v_lease SECOND),
@@ -183,18 +186,21 @@ BEGIN
     IF p_skip_keys THEN
       SELECT COALESCE(SUM(c.keyed), 0), COALESCE(SUM(c.keyed = 1 AND n.next_task IS NULL), 0)
         INTO v_keyed, v_unheld
-        FROM claim_picks_mem c LEFT JOIN result_next_mem n ON n.next_task = c.task_id;
+        FROM claim_grants_mem c LEFT JOIN result_next_mem n ON n.next_task = c.task_id;
     ELSEIF v_found > 1 THEN
-      SELECT COALESCE(SUM(keyed), 0) INTO v_keyed FROM claim_picks_mem;
+      SELECT COALESCE(SUM(keyed), 0) INTO v_keyed FROM claim_grants_mem;
       SET v_unheld = v_keyed;  -- a claim alone holds no key row before keys_lock
     END IF;
     IF v_unheld > 0 THEN
       SELECT JSON_ARRAYAGG(t.concurrency_key) INTO v_key_list
-        FROM claim_picks_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+        FROM claim_grants_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.keyed = 1;
       CALL keys_lock(p_namespace_id, v_key_list, p_skip_keys);
+      -- Read again after the key rows: a grant must not be stamped before a release of the
+      -- key (another of its slots) that this claim waited for.
+      SET v_now = UTC_TIMESTAMP(6);
       IF p_skip_keys THEN
-        DELETE c FROM claim_picks_mem c
+        DELETE c FROM claim_grants_mem c
           STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
           LEFT JOIN locked_keys_mem k ON k.concurrency_key = t.concurrency_key
          WHERE c.keyed = 1 AND k.concurrency_key IS NULL;
@@ -229,12 +235,12 @@ BEGIN
     -- the other requests it serves wait. The leading candidates that fit, in grant order: a
     -- running total, as worker_hello pages its in-flight attempts.
     IF v_take > 1 THEN
-      SELECT SUM(payload_bytes) INTO v_bytes FROM claim_picks_mem;
+      SELECT SUM(payload_bytes) INTO v_bytes FROM claim_grants_mem;
       IF v_bytes > c_payload_budget THEN
         SELECT COUNT(*) INTO v_fit
           FROM (SELECT ROW_NUMBER() OVER (ORDER BY priority, task_id) AS n,
                        SUM(payload_bytes) OVER (ORDER BY priority, task_id) AS total
-                  FROM claim_picks_mem) w
+                  FROM claim_grants_mem) w
          WHERE w.n = 1 OR w.total <= c_payload_budget;
         SET v_take = LEAST(v_take, v_fit), v_cap = LEAST(v_cap, v_take);
       END IF;
@@ -249,37 +255,57 @@ BEGIN
       -- Every candidate was inserted taken; the last ones beyond v_take are put back.
       IF v_take < v_found THEN
         SET v_drop = v_found - v_take;
-        UPDATE claim_picks_mem SET take = 0 ORDER BY priority DESC, task_id DESC LIMIT v_drop;
+        UPDATE claim_grants_mem SET take = 0 ORDER BY priority DESC, task_id DESC LIMIT v_drop;
       END IF;
-      SELECT SUM(keyed), SUM(late) INTO v_keyed, v_bad FROM claim_picks_mem WHERE take = 1;
+      SELECT SUM(keyed), SUM(late) INTO v_keyed, v_bad FROM claim_grants_mem WHERE take = 1;
       IF v_keyed > 0 THEN
         -- The key rows are locked above (keys_lock), or by the caller's results, which
         -- promoted these candidates. STRAIGHT_JOIN: from the candidates to their rows, never
         -- from a key to its (parked) tasks.
         CALL token_range(v_floor, v_ceiling);
-        UPDATE claim_picks_mem c
+        UPDATE claim_grants_mem c
           STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
           STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
             ON r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key
            SET c.resource_id = r.id,
-               c.token = IF(r.token >= v_ceiling, 0, GREATEST(r.token + 1, v_floor))
+               c.token = IF(r.token >= v_ceiling, 0, GREATEST(r.token + 1, v_floor)),
+               c.key_limit = r.key_limit, c.slotted = r.holder_attempt_id IS NOT NULL,
+               c.room_after = (r.holder_attempt_id IS NOT NULL) + r.slot_holders + 1 < r.key_limit
          WHERE c.take = 1 AND c.keyed = 1;
-        -- A keyed grant needs its key free, this task its candidate, and token space left (a
-        -- key row that is missing leaves resource_id and token 0). A key of limit above 1, or
-        -- with slots held past a lowered limit, takes attempt_grant: its grant picks a slot and
-        -- promotes the key's next task (P1, P2).
-        SELECT COUNT(*) INTO v_bad
-          FROM claim_picks_mem c
+        -- A keyed grant needs room in its key (P1: fewer holders than its limit), this task
+        -- its candidate, and token space left (a key row that is missing leaves resource_id
+        -- and token 0).
+        -- Counted in the same read: the grants that take a slot of key_slots (slot 0 held)
+        -- and those that leave their key room for another holder.
+        SELECT COALESCE(SUM(c.late = 1
+                            OR (c.keyed = 1
+                                AND (r.id IS NULL
+                                     OR (r.holder_attempt_id IS NOT NULL) + r.slot_holders >= r.key_limit
+                                     OR NOT (r.candidate_task_id <=> c.task_id) OR c.token = 0))), 0),
+               COALESCE(SUM(c.slotted), 0), COALESCE(SUM(c.room_after), 0)
+          INTO v_bad, v_slotted, v_room
+          FROM claim_grants_mem c
           LEFT JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
-         WHERE c.take = 1
-           AND (c.late = 1
-                OR (c.keyed = 1 AND (r.id IS NULL OR r.holder_attempt_id IS NOT NULL
-                                     OR r.key_limit <> 1 OR r.slot_holders <> 0
-                                     OR NOT (r.candidate_task_id <=> c.task_id) OR c.token = 0)));
+         WHERE c.take = 1;
+        -- Slot 0 held (P2): the lowest free slot of key_slots below the limit, or the next one
+        -- made (slot rows are dense; the key has room, so one of the two is below it). One
+        -- grant a key a claim: a key has one READY task. Plain reads: the key rows are held.
+        IF v_bad = 0 AND v_slotted > 0 THEN
+          UPDATE claim_grants_mem c
+             SET c.slot = COALESCE((SELECT MIN(s.slot) FROM key_slots s
+                                     WHERE s.resource_id = c.resource_id AND s.attempt_id IS NULL
+                                       AND s.slot < c.key_limit),
+                                   (SELECT COALESCE(MAX(s.slot), 0) + 1 FROM key_slots s
+                                     WHERE s.resource_id = c.resource_id)),
+                 c.new_slot = NOT EXISTS (SELECT 1 FROM key_slots s
+                                           WHERE s.resource_id = c.resource_id
+                                             AND s.attempt_id IS NULL AND s.slot < c.key_limit)
+           WHERE c.take = 1 AND c.slotted = 1;
+        END IF;
       END IF;
       IF v_bad = 0 AND v_limited > 0 THEN
         SELECT COUNT(*) INTO v_bad
-          FROM (SELECT queue_id, COUNT(*) AS n FROM claim_picks_mem WHERE take = 1 GROUP BY queue_id) c
+          FROM (SELECT queue_id, COUNT(*) AS n FROM claim_grants_mem WHERE take = 1 GROUP BY queue_id) c
           JOIN queues q ON q.id = c.queue_id
          WHERE q.max_concurrency IS NOT NULL AND q.active_attempts + c.n > q.max_concurrency;
       END IF;
@@ -289,17 +315,17 @@ BEGIN
       -- and then a start wrote each twice, moving its index entries twice (5-8% of a hot
       -- key's turn, bench/README.md).
       INSERT INTO attempts (public_id, task_id, namespace_id, application_id, queue_id,
-                            session_id, attempt_number, concurrency_token, state,
-                            lease_expires_at, created_at, started_at)
+                            session_id, attempt_number, concurrency_token, concurrency_slot,
+                            state, lease_expires_at, created_at, started_at)
       SELECT new_public_id(), t.id, t.namespace_id, t.application_id, t.queue_id, v_session,
-             c.attempt_number, c.token, IF(p_start, 'RUNNING', 'LEASED'), c.expires_at, v_now,
-             IF(p_start, v_now, NULL)
-        FROM claim_picks_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
+             c.attempt_number, c.token, c.slot, IF(p_start, 'RUNNING', 'LEASED'), c.expires_at,
+             v_now, IF(p_start, v_now, NULL)
+        FROM claim_grants_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id
        WHERE c.take = 1 ORDER BY c.priority, c.task_id;
       -- The statement's first generated id is its least (an AUTO_INCREMENT only grows), in
       -- every innodb_autoinc_lock_mode: no read of the group for it.
       SET v_granted = ROW_COUNT(), v_first_attempt = LAST_INSERT_ID();
-      UPDATE claim_picks_mem c
+      UPDATE claim_grants_mem c
         STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_number) ON a.task_id = c.task_id AND a.attempt_number = c.attempt_number
          SET c.attempt_id = a.id WHERE c.take = 1;
       -- A queue permit for each grant and a key permit for each keyed one, in one statement:
@@ -308,29 +334,73 @@ BEGIN
       INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
       SELECT c.attempt_id, k.kind, IF(k.kind = 'KEY', c.resource_id, c.queue_id),
              IF(k.kind = 'KEY', c.resource_id, NULL), c.expires_at, v_now
-        FROM claim_picks_mem c
+        FROM claim_grants_mem c
         STRAIGHT_JOIN (SELECT 'QUEUE' AS kind UNION ALL SELECT 'KEY') k
        WHERE c.take = 1 AND (k.kind = 'QUEUE' OR c.resource_id > 0);
       IF v_keyed > 0 THEN
         -- The holder is written only where there is none: the write itself refuses a second
         -- holder, whatever the reads above concluded (sql/README.md, "Keyed concurrency").
-        UPDATE claim_picks_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
-           SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,
-               r.candidate_task_id = NULL, r.updated_at = v_now
-         WHERE r.holder_attempt_id IS NULL;
-        IF ROW_COUNT() <> v_keyed THEN
+        IF v_keyed > v_slotted THEN
+          UPDATE claim_grants_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id AND c.take = 1
+             SET r.token = c.token, r.version = r.version + 1, r.holder_attempt_id = c.attempt_id,
+                 r.candidate_task_id = NULL, r.updated_at = v_now
+           WHERE r.holder_attempt_id IS NULL AND c.slotted = 0;
+          SET v_written = ROW_COUNT();
+        END IF;
+        IF v_slotted > 0 THEN
+          -- Slots 1.. (P2): a free row taken only where it is still free; the rows to make, only
+          -- while a key has not made all of its (they stay, so that is rare).
+          UPDATE claim_grants_mem c
+            STRAIGHT_JOIN key_slots s FORCE INDEX (PRIMARY)
+              ON s.resource_id = c.resource_id AND s.slot = c.slot
+             SET s.attempt_id = c.attempt_id, s.updated_at = v_now
+           WHERE c.take = 1 AND c.slotted = 1 AND c.new_slot = 0 AND s.attempt_id IS NULL;
+          SET v_written = v_written + ROW_COUNT();
+          IF v_written < v_keyed THEN
+            INSERT INTO key_slots (resource_id, slot, attempt_id, updated_at)
+            SELECT resource_id, slot, attempt_id, v_now FROM claim_grants_mem
+             WHERE take = 1 AND slotted = 1 AND new_slot = 1;
+            SET v_written = v_written + ROW_COUNT();
+          END IF;
+          UPDATE claim_grants_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
+             SET r.token = c.token, r.version = r.version + 1, r.slot_holders = r.slot_holders + 1,
+                 r.candidate_task_id = NULL, r.updated_at = v_now
+           WHERE c.take = 1 AND c.slotted = 1;
+        END IF;
+        IF v_written <> v_keyed THEN
           SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INTERNAL: a held key was about to be granted again';
         END IF;
       END IF;
-      UPDATE claim_picks_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
+      UPDATE claim_grants_mem c STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = c.task_id AND c.take = 1
          SET t.state = IF(p_start, 'RUNNING', 'LEASED'), t.lane = NULL, t.attempts_used = c.attempt_number,
              t.current_attempt_id = c.attempt_id, t.updated_at = v_now;
+      -- A key a grant left room in (P1) passes its turn to its next parked task at once, as
+      -- key_promote_next does (the shape result groups use: a dependent subquery that stops at
+      -- the first due row of an ACTIVE queue, read without locks under the held key rows).
+      IF v_room > 0 THEN
+        INSERT INTO claim_next_mem (resource_id, next_task)
+        SELECT c.resource_id, COALESCE((
+                 SELECT t.id FROM tasks t FORCE INDEX (ix_tasks_key_lane)
+                  WHERE t.namespace_id = r.namespace_id AND t.concurrency_key = r.concurrency_key
+                    AND t.lane = 'BLOCKED' AND t.available_at <= v_now
+                    AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
+                  ORDER BY t.priority, t.id LIMIT 1), 0)
+          FROM claim_grants_mem c STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = c.resource_id
+         WHERE c.take = 1 AND c.room_after = 1;
+        UPDATE claim_next_mem n
+          STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = n.resource_id
+          LEFT JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = n.next_task AND t.lane = 'BLOCKED'
+           SET t.lane = 'READY', t.updated_at = v_now,
+               r.candidate_task_id = COALESCE(t.id, r.candidate_task_id),
+               r.waiting_since = IF(n.next_task = 0, NULL, r.waiting_since)
+         WHERE t.id IS NOT NULL OR n.next_task = 0;
+      END IF;
       -- Queue permits are counted where a queue has max_concurrency (its row is locked above).
       IF v_limited > 0 AND v_queues = 1 THEN  -- by key, without grouping the candidates
         UPDATE queues SET active_attempts = active_attempts + v_granted WHERE id = v_only_queue;
       ELSEIF v_limited > 0 THEN
         UPDATE queues q
-          JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_picks_mem
+          JOIN (SELECT queue_id, COUNT(*) AS n FROM claim_grants_mem
                  WHERE take = 1 AND FIND_IN_SET(queue_id, v_limited_ids) GROUP BY queue_id) c
             ON c.queue_id = q.id
            SET q.active_attempts = q.active_attempts + IF(q.max_concurrency IS NULL, 0, c.n);
@@ -339,7 +409,7 @@ BEGIN
                                 from_state, to_state, actor, details, created_at)
       SELECT c.task_id, p_namespace_id, c.attempt_id, NULLIF(c.token, 0), e.event, e.from_state,
              e.to_state, v_actor, NULL, v_now
-        FROM claim_picks_mem c
+        FROM claim_grants_mem c
         STRAIGHT_JOIN (SELECT 1 AS n, 'CLAIMED' AS event, 'WAITING' AS from_state, 'LEASED' AS to_state
                        UNION ALL SELECT 2, 'STARTED', 'LEASED', 'RUNNING') e
        WHERE c.take = 1 AND (e.n = 1 OR p_start)
@@ -348,7 +418,7 @@ BEGIN
     grants: BEGIN
       DECLARE v_done TINYINT DEFAULT 0;
       DECLARE v_size INT UNSIGNED;
-      DECLARE c_grant CURSOR FOR SELECT task_id, payload_bytes FROM claim_picks_mem ORDER BY priority, task_id;
+      DECLARE c_grant CURSOR FOR SELECT task_id, payload_bytes FROM claim_grants_mem ORDER BY priority, task_id;
       DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
       SET v_bytes = 0;
       OPEN c_grant;
