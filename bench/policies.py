@@ -1,4 +1,4 @@
-"""The policies part: what the busy-key choices cost (P5).
+"""The policies part: what the busy-key choices and rates cost (P5, P6).
 
 A debounce burst: 8 producer threads send ``BURST`` single submissions on one key, each with
 ``"debounce": {"delay_ms": 200, "max_wait_ms": 2000}``, while an SDK worker process serves the
@@ -6,6 +6,12 @@ queue; then the same submissions without the debounce (each parked behind the ke
 another key. Printed: the submissions accepted per second each way, the tasks of the burst
 that ran (a debounce should run a handful: one per max_wait while the burst lasts, and the
 last), and InnoDB's deadlocks meanwhile.
+
+Rates: claims of one task of a free key each (the procedures, as the blocked part times
+them), ``SAMPLES`` before and ``SAMPLES`` while 100 keys of a rate of 1 permit an hour each
+have a backlog of ``RATED_BACKLOG`` (each key's next task waiting DELAYED for its rate, the
+rest parked behind it). Printed: claim p99 with the rated keys against without (target
+<= 1.2x), rows read per claim, and deadlocks.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from pathlib import Path
 
 from e2e import noop_worker
 from engine_parts import Bench
-from measures import lock_counters, lock_delta, run_threads
+from measures import lock_counters, lock_delta, park, pct, run_threads
 
+from orbit_shell.engine import db
+from orbit_shell.engine.db import Database
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import SubmitTaskRequest
 
@@ -27,6 +35,75 @@ ROOT = Path(__file__).resolve().parent.parent
 BURST = 2000
 PRODUCERS = 8
 DEBOUNCE = {"delay_ms": 200, "max_wait_ms": 2000}
+RATED_KEYS = 100
+RATED_BACKLOG = 100
+SAMPLES = 300
+
+
+def _free_claims(bench: Bench, d: Database, conn, sid: str, tag: str) -> tuple[list, list]:
+    latencies, reads = [], []
+    for i in range(SAMPLES):
+        bench.submit(d, f"{tag}-{i}", f"{tag}-free-{i}")
+        ms, read, rows = bench.timed_claim(conn, d, sid)
+        assert rows, "a claimable task was hidden"
+        latencies.append(ms)
+        reads.append(read)
+    return latencies, reads
+
+
+def rated_keys(bench: Bench) -> dict:
+    """Claim p99 of free keys without and with 100 rate-limited keys holding backlogs."""
+    tag = "rate-" + secrets.token_hex(3)
+    d = Database(bench.dsn, pool_size=2)
+    conn = db.connect(bench.dsn)
+    sid = bench.hello(d, tag + "-claimer")
+    locks = lock_counters(bench.db)
+    before, before_reads = _free_claims(bench, d, conn, sid, tag + "-a")
+    d.call("key_policy_write", bench.ns, None, "PREFIX", f"{tag}/", 1, 1, 3600, 0)
+    rated = bench.hello(d, tag + "-rated", capacity=RATED_KEYS)
+    for k in range(RATED_KEYS):
+        for n in range(2):
+            bench.submit(d, f"{tag}/{k}-{n}", f"{tag}/{k}")
+    # Each key's first permit uses its hour's rate; its second task then waits DELAYED. Claims
+    # until none is left: a claim takes a fair share while the claimer is idle (W2).
+    while True:
+        [rows] = d.call("worker_claim", bench.ns, rated, RATED_KEYS, 0)[:1]
+        if not rows:
+            break
+        for row in rows:
+            d.call("attempt_start", bench.ns, rated, row["attempt_id"])
+            d.call("attempt_result", bench.ns, rated, row["attempt_id"], "succeeded", 0, None, None)
+    for k in range(RATED_KEYS):
+        park(bench.dsn, bench.ns, bench.app, bench.queue, f"{tag}/{k}", RATED_BACKLOG)
+    [waiting] = d.query(
+        "SELECT COUNT(*) AS n FROM tasks WHERE namespace_id = %s AND concurrency_key LIKE %s "
+        "AND lane = 'DELAYED'",
+        (bench.ns, f"{tag}/%"),
+    )
+    during, during_reads = _free_claims(bench, d, conn, sid, tag + "-b")
+    deadlocks = lock_delta(locks, lock_counters(bench.db))["deadlocks"]
+    conn.close()
+    d.close()
+    out = {
+        "rated_keys": RATED_KEYS,
+        "waiting_for_rate": waiting["n"],
+        "parked": RATED_KEYS * RATED_BACKLOG,
+        "claim_p99_ms_without": pct(before, 99),
+        "claim_p99_ms_with": pct(during, 99),
+        "rows_read_without": sorted(before_reads)[len(before_reads) // 2],
+        "rows_read_with": sorted(during_reads)[len(during_reads) // 2],
+        "deadlocks": deadlocks,
+    }
+    out["ratio"] = out["claim_p99_ms_with"] / out["claim_p99_ms_without"]
+    print(
+        f"policies: claims of free keys while {RATED_KEYS} keys wait for their rate "
+        f"({out['waiting_for_rate']} DELAYED, {out['parked']} parked): p99 "
+        f"{out['claim_p99_ms_with']:.2f} ms against {out['claim_p99_ms_without']:.2f} ms "
+        f"without ({out['ratio']:.2f}x), rows read {out['rows_read_with']} against "
+        f"{out['rows_read_without']}, deadlocks {deadlocks}",
+        flush=True,
+    )
+    return out
 
 
 def _burst(bench: Bench, url: str, queue: str, key: str, debounce: dict | None) -> dict:
@@ -94,4 +171,5 @@ def run_policies(bench: Bench, url: str) -> dict:
             f"deadlocks {r['deadlocks']}",
             flush=True,
         )
+    out["rates"] = rated_keys(bench)
     return out

@@ -32,7 +32,8 @@ Parts:
   indexes    (asked for with --only indexes) each index of tasks: bytes per task, and the
              rows its query reads with it and without it (bench/indexes.py)
   policies   (asked for with --only policies) a debounce burst on one key against the same
-             submissions parked: accepted/s, tasks run, deadlocks (bench/policies.py)
+             submissions parked: accepted/s, tasks run, deadlocks; claims of free keys while
+             100 keys wait for their rate, against without (bench/policies.py)
   limits     (asked for with --only limits) 8,000 tasks over 400 keys of limit 1 against 100
              keys of limit 4, the same workers: tasks/s, deadlocks (bench/limits.py)
   layers     (asked for with --only layers) where a single submission's time and CPU go, and

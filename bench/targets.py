@@ -143,6 +143,16 @@ def summary(results: dict[str, Any], default: dict[str, Any] | None = None) -> l
             _row("single submissions against the HTTP floor", f"{ratio:.2f}x", ">= 0.75x",
                  ratio >= 0.75)
         )  # fmt: skip
+    rates = results.get("policies", {}).get("rates")
+    if rates:
+        rows.append(
+            _row("claim p99 beside 100 keys waiting for their rate", f"{rates['ratio']:.2f}x",
+                 "<= 1.2x", rates["ratio"] <= 1.2)
+        )  # fmt: skip
+        rows.append(
+            _row("policies part deadlocks (rates)", str(rates["deadlocks"]), "0",
+                 rates["deadlocks"] == 0)
+        )  # fmt: skip
     if results.get("limits"):
         ratio, limits = results["limits"]["ratio"], results["limits"]
         deadlocks = limits["limit1"]["deadlocks"] + limits["limit4"]["deadlocks"]

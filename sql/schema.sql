@@ -56,6 +56,8 @@ CREATE TABLE `concurrency_resources` (
   `updated_at` datetime(6) NOT NULL COMMENT 'Last claim or release, UTC',
   `key_limit` smallint(5) unsigned NOT NULL DEFAULT 1 COMMENT 'Holders admitted at once: the policy in force (key_policies), kept by every policy change; 1 without one',
   `slot_holders` smallint(5) unsigned NOT NULL DEFAULT 0 COMMENT 'Held slots of key_slots (slots 1..); the key has room while (holder_attempt_id IS NOT NULL) + slot_holders < key_limit',
+  `rate_permits` int(10) unsigned DEFAULT NULL COMMENT 'The rate in force (key_policies), kept by every policy change; NULL = none',
+  `rate_seconds` int(10) unsigned DEFAULT NULL COMMENT 'The window of rate_permits, seconds',
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_concurrency_resources_key` (`namespace_id`,`concurrency_key`),
   KEY `ix_concurrency_resources_waiting` (`namespace_id`,`waiting_since`),
@@ -118,10 +120,19 @@ CREATE TABLE `key_policies` (
   `key_limit` smallint(5) unsigned NOT NULL COMMENT 'Holders the matching keys admit at once, 1 to 1000 (P1)',
   `created_at` datetime(6) NOT NULL COMMENT 'Creation time, UTC',
   `updated_at` datetime(6) NOT NULL COMMENT 'Last change, UTC',
+  `rate_permits` int(10) unsigned DEFAULT NULL COMMENT 'At most this many permits of a matching key begin in any rate_seconds (P6); NULL = no rate',
+  `rate_seconds` int(10) unsigned DEFAULT NULL COMMENT 'The window of rate_permits, seconds; NULL with it',
   PRIMARY KEY (`id`),
   UNIQUE KEY `uq_key_policies_public_id` (`public_id`),
   UNIQUE KEY `uq_key_policies_rule` (`namespace_id`,`match_kind`,`pattern`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='Key policies: a limit per exact key or key prefix; no rule means limit 1';
+
+CREATE TABLE `key_rate_grants` (
+  `resource_id` bigint(20) unsigned NOT NULL COMMENT 'concurrency_resources.id of a key with a rate',
+  `n` int(10) unsigned NOT NULL COMMENT 'Ring position, 0 to rate_permits - 1, made densely',
+  `granted_at` datetime(6) NOT NULL COMMENT 'When a permit of the key began (its grant), UTC; the oldest is overwritten by the next',
+  PRIMARY KEY (`resource_id`,`n`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='The latest grant times of keys with a rate; locked after their key row, deleted with it';
 
 CREATE TABLE `key_slots` (
   `resource_id` bigint(20) unsigned NOT NULL COMMENT 'concurrency_resources.id of the key',

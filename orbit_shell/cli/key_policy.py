@@ -26,12 +26,19 @@ def add_command(sub) -> None:
     match.add_argument("--prefix", help="the key prefix the policy is for")
     change = command.add_mutually_exclusive_group()
     change.add_argument("--limit", type=int, help="holders its keys admit at once, 1 to 1000")
+    command.add_argument(
+        "--rate",
+        help="PERMITS/SECONDS: at most PERMITS permits of a key begin in any SECONDS (P6)",
+    )
     change.add_argument("--delete", action="store_true", help="delete the policy")
 
 
 def run(database: Database, args: argparse.Namespace) -> str:
-    """Without --key or --prefix: the policies, one JSON line each. With one: --limit sets
-    (creates or changes) its policy, --delete deletes it; prints the policy as JSON."""
+    """Without --key or --prefix: the policies, one JSON line each. With one: --limit (and
+    --rate, or none) sets its policy, created or changed, --delete deletes it; prints the
+    policy as JSON."""
+    if args.rate is not None and args.limit is None:
+        raise errors.InvalidArgument("--rate goes with --limit")
     ns = namespace_id(database, args)
     if args.key is None and args.prefix is None:
         if args.limit is not None or args.delete:
@@ -47,11 +54,20 @@ def run(database: Database, args: argparse.Namespace) -> str:
     if args.delete:
         if not found:
             raise errors.NotFound("key policy not found")
-        database.call("key_policy_write", ns, found[0]["policy_id"], None, None, None, 1)
+        database.call(
+            "key_policy_write", ns, found[0]["policy_id"], None, None, None, None, None, 1
+        )
         return json.dumps({"policy_id": found[0]["policy_id"], "deleted": True})
     if args.limit is None:
         raise errors.InvalidArgument("give --limit or --delete")
-    body = policy_shapes.KEY_POLICY.parse({kind.lower(): pattern, "limit": args.limit})
+    given = {kind.lower(): pattern, "limit": args.limit}
+    if args.rate is not None:
+        permits, _, seconds = args.rate.partition("/")
+        if not (permits.isdigit() and seconds.isdigit()):
+            raise errors.InvalidArgument("--rate is PERMITS/SECONDS, such as 10/60")
+        given["rate"] = {"permits": int(permits), "per_seconds": int(seconds)}
+    body = policy_shapes.KEY_POLICY.parse(given)
     existing = found[0]["policy_id"] if found else None
-    [[row]] = database.call("key_policy_write", ns, existing, kind, pattern, body["limit"], 0)
+    write = policy_shapes.write_args(body)
+    [[row]] = database.call("key_policy_write", ns, existing, *write, 0)
     return json.dumps(policies.serialize(row))

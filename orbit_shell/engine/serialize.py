@@ -108,8 +108,9 @@ def cancel_reason(row: dict[str, Any]) -> str | None:
 def key(row: dict[str, Any]) -> dict[str, Any]:
     """A concurrency key as ``GET /v1/keys/{key}`` shows it (V1, P2). ``state``: ``contended``
     (tasks are parked on it, behind its holders or its READY candidate), ``held`` (attempts
-    hold permits and nothing is parked) or ``idle``. ``limit`` is the limit in force and
-    ``policy`` the rule that sets it (null: none, limit 1); ``holders`` lists every permit
+    hold permits and nothing is parked) or ``idle``. ``limit`` and ``rate`` are in force
+    (``next_permit_at``: when the rate lets the next permit begin, null for now) and ``policy``
+    is the rule that sets them (null: none, limit 1); ``holders`` lists every permit
     with its slot, lowest slot first, and ``holder`` is the first of them.
     Tokens are decimal strings (K9); ``parked.count_is_lower_bound`` says the count stopped."""
     parked = row["parked"]
@@ -120,6 +121,8 @@ def key(row: dict[str, Any]) -> dict[str, Any]:
         "state": "contended" if parked else "held" if holders else "idle",
         "highest_token": str(row["token"]),
         "limit": row["key_limit"],
+        "rate": rate(row),
+        "next_permit_at": iso(row["next_permit_at"]),
         "policy": _policy_ref(row["policy"]),
         "holder": holders[0] if holders else None,
         "holders": holders,
@@ -156,7 +159,19 @@ def _policy_ref(row: dict[str, Any] | None) -> dict[str, Any] | None:
     if row is None:
         return None
     match = "key" if row["match_kind"] == "KEY" else "prefix"
-    return {"policy_id": row["policy_id"], match: row["pattern"], "limit": row["key_limit"]}
+    return {
+        "policy_id": row["policy_id"],
+        match: row["pattern"],
+        "limit": row["key_limit"],
+        "rate": rate(row),
+    }
+
+
+def rate(row: dict[str, Any]) -> dict[str, int] | None:
+    """A rate (P6) as answers show it: ``{"permits", "per_seconds"}``, or None."""
+    if row.get("rate_permits") is None:
+        return None
+    return {"permits": row["rate_permits"], "per_seconds": row["rate_seconds"]}
 
 
 def waiting(task: dict[str, Any], why: dict[str, Any] | None) -> dict:
@@ -177,6 +192,9 @@ def waiting(task: dict[str, Any], why: dict[str, Any] | None) -> dict:
                 "since": iso(why["since"]) if held else None,
             }
         }
+    if why["lane"] == "DELAYED" and why["rate_wait"]:
+        # The key's next task, waiting for its key's rate (P6).
+        return {"waiting_until": iso(task["available_at"]), "waiting_for_rate": True}
     if why["lane"] == "DELAYED":
         return {"waiting_until": iso(task["available_at"])}
     return {}

@@ -274,13 +274,22 @@ class Client:
         return Queue.from_json(self.request("POST", f"/v1/queues/{queue_id}/resume", {})[1])
 
     def set_key_policy(
-        self, limit: int, *, key: str | None = None, prefix: str | None = None
+        self,
+        limit: int,
+        *,
+        key: str | None = None,
+        prefix: str | None = None,
+        rate: tuple[int, int] | None = None,
     ) -> KeyPolicy:
         """Create or change the policy of ``key`` or of ``prefix`` (exactly one): its keys
-        admit ``limit`` holders at once (P1). A change reaches the keys at once (P3)."""
+        admit ``limit`` holders at once (P1), and with ``rate=(permits, per_seconds)`` at most
+        ``permits`` of their permits begin in any ``per_seconds`` (P6). A change reaches the
+        keys at once (P3)."""
         if (key is None) == (prefix is None):
             raise ValueError("give exactly one of key and prefix")
-        body = {"key": key} if prefix is None else {"prefix": prefix}
+        body: dict[str, Any] = {"key": key} if prefix is None else {"prefix": prefix}
+        if rate is not None:
+            body["rate"] = {"permits": rate[0], "per_seconds": rate[1]}
         found = [p for p in self.list_key_policies() if (p.key, p.prefix) == (key, prefix)]
         if found:
             path = f"/v1/key-policies/{found[0].policy_id}"

@@ -266,13 +266,22 @@ class TaskPage:
 
 @dataclass(frozen=True)
 class KeyPolicy:
-    """A key policy (P1): ``key`` or ``prefix`` (the other is None) and its ``limit``."""
+    """A key policy (P1, P6): ``key`` or ``prefix`` (the other is None), its ``limit``, and
+    its ``rate`` as ``(permits, per_seconds)`` or None."""
 
     policy_id: str
     key: str | None
     prefix: str | None
     limit: int
+    rate: tuple[int, int] | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KeyPolicy:
-        return cls(data["policy_id"], data.get("key"), data.get("prefix"), data["limit"])
+        rate = data.get("rate")
+        return cls(
+            data["policy_id"],
+            data.get("key"),
+            data.get("prefix"),
+            data["limit"],
+            None if rate is None else (rate["permits"], rate["per_seconds"]),
+        )

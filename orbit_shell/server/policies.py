@@ -1,5 +1,6 @@
-"""Key policies (P1, P3): their reads and their shape in answers. Writes go through
-``key_policy_write``, which keeps every key row's limit in step in the same transaction."""
+"""Key policies (P1, P3, P6): their reads and their shape in answers. Writes go through
+``key_policy_write``, which keeps every key row's limit and rate in step in the same
+transaction."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ from typing import Any
 
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
-from orbit_shell.engine.serialize import iso
+from orbit_shell.engine.serialize import iso, rate
 
 # A namespace holds at most this many policies (key_policy_write refuses more): a key row made
 # reads the prefix rules, and GET /v1/key-policies answers them all in one page.
 MAX_POLICIES = 1000
-COLUMNS = "public_id AS policy_id, match_kind, pattern, key_limit, created_at, updated_at"
+COLUMNS = (
+    "public_id AS policy_id, match_kind, pattern, key_limit, rate_permits, rate_seconds, "
+    "created_at, updated_at"
+)
 
 
 def applying(db: Database, namespace_id: int, key: str) -> dict[str, Any] | None:
     """The rule that gives ``key`` its limit: the exact one, else the longest prefix
-    (key_policy_limit's choice), or None (limit 1)."""
+    (key_policy_value's choice), or None (limit 1)."""
     rows = db.query(
         f"SELECT {COLUMNS} FROM key_policies WHERE namespace_id = %s AND ("
         "(match_kind = 'KEY' AND pattern = %s) OR "
@@ -47,12 +51,14 @@ def one(db: Database, namespace_id: int, policy_id: str) -> dict[str, Any]:
 
 
 def serialize(row: dict[str, Any]) -> dict[str, Any]:
-    """``{"policy_id", "key" | "prefix", "limit", "created_at", "updated_at"}``."""
+    """``{"policy_id", "key" | "prefix", "limit", "rate", "created_at", "updated_at"}``;
+    ``rate`` is ``{"permits", "per_seconds"}`` or null."""
     match = "key" if row["match_kind"] == "KEY" else "prefix"
     return {
         "policy_id": row["policy_id"],
         match: row["pattern"],
         "limit": row["key_limit"],
+        "rate": rate(row),
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
     }

@@ -170,7 +170,8 @@ class Scope:
 
     def waiting(self, task: dict[str, Any]) -> dict[str, Any] | None:
         """Why a WAITING task waits (V2): parked behind its key's holder (of a key of limit N,
-        the holder of its lowest held slot), or in backoff until a time; None when it is
+        the holder of its lowest held slot), or until a time: its backoff's, its debounce's,
+        or, as its key's next task, its key's rate's (P6: ``rate_wait``); None when it is
         claimable now or not waiting. The holder's task id is left out
         for a credential whose queues do not take in the holder's queue (SPEC 1); its token and
         since when it holds the key are the key's, not the other queue's."""
@@ -179,10 +180,11 @@ class Scope:
         [row] = self.db.query(
             "SELECT t.lane, h.public_id AS holder_task_id, h.queue_id AS holder_queue, "
             "a.concurrency_token AS holder_token, a.concurrency_slot AS holder_slot, "
-            "a.created_at AS since, r.key_limit "
-            "FROM tasks t LEFT JOIN concurrency_resources r ON t.lane = 'BLOCKED' "
+            "a.created_at AS since, r.key_limit, "
+            "t.lane = 'DELAYED' AND r.candidate_task_id <=> t.id AS rate_wait "
+            "FROM tasks t LEFT JOIN concurrency_resources r ON t.lane IN ('BLOCKED', 'DELAYED') "
             "AND r.namespace_id = t.namespace_id AND r.concurrency_key = t.concurrency_key "
-            "LEFT JOIN attempts a ON a.id = COALESCE(r.holder_attempt_id, "
+            "LEFT JOIN attempts a ON t.lane = 'BLOCKED' AND a.id = COALESCE(r.holder_attempt_id, "
             "(SELECT s.attempt_id FROM key_slots s WHERE s.resource_id = r.id "
             "AND s.attempt_id IS NOT NULL ORDER BY s.slot LIMIT 1)) "
             "LEFT JOIN tasks h ON h.id = a.task_id WHERE t.id = %s",
@@ -206,7 +208,7 @@ class Scope:
         primary key, the parked tasks through ``ix_tasks_key_lane`` (counted up to
         ``PARKED_COUNT_MAX``; the oldest found per priority, ten dives)."""
         rows = self.db.query(
-            "SELECT r.id, r.token, r.key_limit, r.updated_at, "
+            "SELECT r.id, r.token, r.key_limit, r.rate_permits, r.rate_seconds, r.updated_at, "
             "c.public_id AS ready_task_id, c.queue_id AS ready_queue "
             "FROM concurrency_resources r "
             "LEFT JOIN tasks c ON c.id = r.candidate_task_id "
@@ -234,6 +236,17 @@ class Scope:
                 holder["holder_task_id"] = None
         row = {**rows[0], "concurrency_key": concurrency_key, "holders": holders}
         row["policy"] = self.key_policy(concurrency_key)
+        row["next_permit_at"] = None
+        if row["rate_permits"]:
+            # P6: the rate's window from the permits-th latest grant; None = a permit may
+            # begin now. At most rate_permits rows, by the primary key's prefix.
+            later = self.db.query(
+                "SELECT granted_at + INTERVAL %s SECOND AS at FROM key_rate_grants "
+                "WHERE resource_id = %s ORDER BY granted_at DESC LIMIT 1 OFFSET %s",
+                [row["rate_seconds"], row["id"], row["rate_permits"] - 1],
+            )
+            if later and later[0]["at"] > self.db.query("SELECT UTC_TIMESTAMP(6) AS t")[0]["t"]:
+                row["next_permit_at"] = later[0]["at"]
         extra, args = self._queue_filter("queue_id")
         parked_where = (
             "FROM tasks FORCE INDEX (ix_tasks_key_lane) WHERE namespace_id = %s "

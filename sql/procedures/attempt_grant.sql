@@ -14,6 +14,8 @@
 -- limit taken (a slot at or above a lowered limit is never granted again). A grant that leaves
 -- the key room promotes its next parked task (key_promote_next), so a key of limit N fills
 -- its N slots one claim after another.
+-- P6: a key with a rate records each grant's time (key_rate_record); a candidate whose key's
+-- rate lets no permit begin yet is not granted but waits, DELAYED, until it does.
 -- K7: the token is computed only after the key's row lock is held, as the resource's highest
 -- token + 1, raised to the epoch's first token when it is below it (H1, token_epoch); at the
 -- epoch's last token (18446744073709551615, unsigned 64-bit max, in the last epoch) the claim
@@ -51,6 +53,8 @@ BEGIN
   -- The grant's instant: the claim's, or the key's last change when that is later (a claim
   -- that waited for a release of the key's other slot must not stamp its grant before it).
   DECLARE v_at DATETIME(6);
+  DECLARE v_rate_permits INT UNSIGNED DEFAULT NULL;
+  DECLARE v_rate_next DATETIME(6) DEFAULT NULL;
   DECLARE v_floor BIGINT UNSIGNED;
   DECLARE v_ceiling BIGINT UNSIGNED;
   DECLARE v_expires DATETIME(6);
@@ -77,8 +81,10 @@ BEGIN
       IF v_key <> '' THEN
         CALL token_range(v_floor, v_ceiling);
         SELECT id, token, holder_attempt_id, candidate_task_id, key_limit, slot_holders,
-               GREATEST(p_now, updated_at)
-          INTO v_resource, v_token, v_holder, v_candidate, v_limit, v_slot_holders, v_at
+               GREATEST(p_now, updated_at), rate_permits,
+               IF(rate_permits IS NULL, NULL, key_rate_next(id, rate_permits, rate_seconds))
+          INTO v_resource, v_token, v_holder, v_candidate, v_limit, v_slot_holders, v_at,
+               v_rate_permits, v_rate_next
           FROM concurrency_resources
          WHERE namespace_id = v_ns AND concurrency_key = v_key FOR UPDATE;
       END IF;
@@ -87,6 +93,12 @@ BEGIN
         -- The key is full or this is not its candidate (cannot happen while the parking
         -- invariant holds): park it rather than grant a permit too many.
         UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
+        UPDATE concurrency_resources SET waiting_since = COALESCE(waiting_since, p_now)
+         WHERE id = v_resource;
+      ELSEIF v_resource IS NOT NULL AND v_rate_next > v_at THEN
+        -- The key's rate lets no permit begin yet (a policy tightened it since this task was
+        -- made READY): it waits for it, DELAYED and still the key's candidate (P6).
+        UPDATE tasks SET lane = 'DELAYED', available_at = v_rate_next WHERE id = p_task_id;
         UPDATE concurrency_resources SET waiting_since = COALESCE(waiting_since, p_now)
          WHERE id = v_resource;
       ELSEIF v_resource IS NOT NULL AND v_token >= v_ceiling THEN
@@ -155,6 +167,9 @@ BEGIN
           END IF;
           IF ROW_COUNT() <> 1 THEN
             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INTERNAL: a held key was about to be granted again';
+          END IF;
+          IF v_rate_permits IS NOT NULL THEN
+            CALL key_rate_record(v_resource, v_rate_permits, v_at);
           END IF;
           IF v_limit > 1 THEN
             CALL key_promote_next(v_resource);  -- room left: the next parked task's turn

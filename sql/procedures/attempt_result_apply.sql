@@ -153,8 +153,9 @@ BEGIN
             OR (j.outcome = 'failed' AND (j.retryable = 0 OR q.retry_backoff_seconds > 0)))
        AND j.retryable IN (0, 1)
        AND a.session_id = v_session AND a.state = 'RUNNING' AND a.lease_expires_at > v_now
-       -- A key permit goes with the group where the attempt still holds its slot.
-       AND (p.attempt_id IS NULL OR r.id IS NOT NULL);
+       -- A key permit goes with the group where the attempt still holds its slot, and the key
+       -- has no rate (P6: its next task may have to wait for it, key_promote_next's choice).
+       AND (p.attempt_id IS NULL OR (r.id IS NOT NULL AND r.rate_permits IS NULL));
     SET v_fast = ROW_COUNT();
   END IF;
 

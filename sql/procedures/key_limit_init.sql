@@ -1,4 +1,5 @@
--- key_limit_init: give key rows just made the limit of the namespace's key policies (P1).
+-- key_limit_init: give key rows just made the limit and rate of the namespace's key policies
+-- (P1, P6).
 -- Helper inside the caller's transaction, called after the insert: p_resource_id names the
 -- row, or 0 for the keys of submit_fast_mem (a batch's group, task_submit_many: its keys
 -- that had a row keep their limit, which every policy change keeps current).
@@ -15,12 +16,17 @@ BEGIN
   SELECT COUNT(*) INTO v_rules FROM key_policies
    WHERE namespace_id = p_namespace_id LOCK IN SHARE MODE;
   IF v_rules > 0 AND p_resource_id > 0 THEN
-    UPDATE concurrency_resources SET key_limit = key_policy_limit(namespace_id, concurrency_key)
+    UPDATE concurrency_resources
+       SET key_limit = COALESCE(key_policy_value(namespace_id, concurrency_key, 'limit'), 1),
+           rate_permits = key_policy_value(namespace_id, concurrency_key, 'permits'),
+           rate_seconds = key_policy_value(namespace_id, concurrency_key, 'seconds')
      WHERE id = p_resource_id;
   ELSEIF v_rules > 0 THEN
     UPDATE submit_fast_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
         ON r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key
-       SET r.key_limit = key_policy_limit(p_namespace_id, r.concurrency_key)
+       SET r.key_limit = COALESCE(key_policy_value(p_namespace_id, r.concurrency_key, 'limit'), 1),
+           r.rate_permits = key_policy_value(p_namespace_id, r.concurrency_key, 'permits'),
+           r.rate_seconds = key_policy_value(p_namespace_id, r.concurrency_key, 'seconds')
      WHERE f.concurrency_key <> '';
   END IF;
 END

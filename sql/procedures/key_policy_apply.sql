@@ -1,10 +1,11 @@
--- key_policy_apply: bring the key rows a rule covers to the limits the namespace's policies
--- give them now (P3), and start their parked tasks where the limit rose. Helper inside
+-- key_policy_apply: bring the key rows a rule covers to the limits and rates the namespace's
+-- policies give them now (P3, P6), and start their parked tasks where the limit rose. Helper inside
 -- key_policy_write's transaction, called for the rule as it was and as it is.
 -- Params: namespace; 'KEY' or 'PREFIX'; the key or the prefix. Out: the key rows whose limit
 -- changed, and the keys given a READY candidate.
--- A key's limit is recomputed from every rule (key_policy_limit), not set to this rule's: an
--- exact rule or a longer prefix may still win. Lowering a limit revokes nothing: the slots at
+-- A key's limit and rate are recomputed from every rule (key_policy_value), not set to this
+-- rule's: an exact rule or a longer prefix may still win. A key's candidate that waits for its
+-- rate (DELAYED) is made READY at once when the rate in force now lets it begin. Lowering a limit revokes nothing: the slots at
 -- or above it are not granted again (attempt_grant), and their holders finish or expire. A
 -- raised limit promotes the key's next parked task at once (key_promote_next), and each grant
 -- of it the next, up to the new limit.
@@ -27,9 +28,24 @@ BEGIN
   IF p_kind = 'PREFIX' THEN
     SET v_like = CONCAT(v_like, '%');
   END IF;
-  UPDATE concurrency_resources SET key_limit = key_policy_limit(namespace_id, concurrency_key)
+  UPDATE concurrency_resources
+     SET key_limit = COALESCE(key_policy_value(namespace_id, concurrency_key, 'limit'), 1),
+         rate_permits = key_policy_value(namespace_id, concurrency_key, 'permits'),
+         rate_seconds = key_policy_value(namespace_id, concurrency_key, 'seconds')
    WHERE namespace_id = p_namespace_id AND concurrency_key LIKE v_like ESCAPE '!';
   SET p_changed = ROW_COUNT();
+  IF p_changed > 0 THEN
+    -- Candidates waiting for a rate that lets them begin now (P6): a candidate is DELAYED only
+    -- for its key's rate (a backoff's or a debounce's task is no candidate).
+    UPDATE concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
+      STRAIGHT_JOIN tasks t FORCE INDEX (PRIMARY) ON t.id = r.candidate_task_id
+       SET t.lane = 'READY', t.available_at = UTC_TIMESTAMP(6), t.updated_at = UTC_TIMESTAMP(6)
+     WHERE r.namespace_id = p_namespace_id AND r.concurrency_key LIKE v_like ESCAPE '!'
+       AND t.lane = 'DELAYED'
+       AND (r.rate_permits IS NULL
+            OR NOT key_rate_next(r.id, r.rate_permits, r.rate_seconds) > UTC_TIMESTAMP(6));
+    SET p_started = ROW_COUNT();
+  END IF;
   -- Keys with tasks waiting, no candidate and room now: each gets its next task. Rows this
   -- transaction holds, read plainly in key order through the same range.
   promote: WHILE p_changed > 0 DO

@@ -2,13 +2,14 @@
 -- /v1/key-policies, orbit-admin key-policy), and bring the keys it covers to their new limits
 -- in the same transaction (key_policy_apply).
 -- Params: namespace; the policy's public id (NULL: create one); 'KEY' or 'PREFIX' and the key
---   or prefix (validated by the shell, K2), and the limit (1..1000); p_delete 1 to delete the
---   policy named (kind, pattern and limit ignored).
--- Result set: {policy_id, match_kind, pattern, key_limit, created_at, updated_at, deleted,
---   keys_changed, keys_started}.
+--   or prefix (validated by the shell, K2), the limit (1..1000) and the rate (P6: permits
+--   1..1000 per 1..86400 seconds, both NULL for none); p_delete 1 to delete the policy named
+--   (the rest ignored).
+-- Result set: {policy_id, match_kind, pattern, key_limit, rate_permits, rate_seconds,
+--   created_at, updated_at, deleted, keys_changed, keys_started}.
 -- Errors: NOT_FOUND (no such namespace, or no such policy in it), STATE_CONFLICT (another
 --   policy of the namespace has this key or prefix), QUOTA_EXCEEDED (the namespace holds
---   1,000 policies already), INVALID_ARGUMENT (a limit outside 1..1000).
+--   1,000 policies already), INVALID_ARGUMENT (a limit or a rate out of bounds).
 -- Locks, in order: a gate of the namespace (namespace_gate: a queue's pause, which parks READY
 --   tasks, holds every gate), the namespaces row (policy writes of a namespace one at a time:
 --   the count and the rule's uniqueness are decided under it), the policy row, then
@@ -19,7 +20,8 @@ CREATE PROCEDURE key_policy_write(IN p_namespace_id BIGINT UNSIGNED,
                                   IN p_policy CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                   IN p_kind VARCHAR(6),
                                   IN p_pattern VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
-                                  IN p_limit INT UNSIGNED, IN p_delete TINYINT)
+                                  IN p_limit INT UNSIGNED, IN p_rate_permits INT UNSIGNED,
+                                  IN p_rate_seconds INT UNSIGNED, IN p_delete TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_app BIGINT UNSIGNED DEFAULT NULL;
@@ -37,8 +39,11 @@ BEGIN
   DECLARE c_max_rules INT DEFAULT 1000;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   IF NOT p_delete AND (p_limit IS NULL OR p_limit < 1 OR p_limit > 1000
-                       OR p_kind NOT IN ('KEY', 'PREFIX') OR COALESCE(p_pattern, '') = '') THEN
-    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INVALID_ARGUMENT: a policy needs a key or a prefix and a limit of 1 to 1000';
+                       OR p_kind NOT IN ('KEY', 'PREFIX') OR COALESCE(p_pattern, '') = ''
+                       OR (p_rate_permits IS NULL) <> (p_rate_seconds IS NULL)
+                       OR p_rate_permits NOT BETWEEN 1 AND 1000
+                       OR p_rate_seconds NOT BETWEEN 1 AND 86400) THEN
+    SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'INVALID_ARGUMENT: a policy needs a key or a prefix, a limit of 1 to 1000, and a rate of 1 to 1000 permits per 1 to 86400 seconds or none';
   END IF;
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
@@ -71,11 +76,13 @@ BEGIN
     END IF;
     SET v_public = new_public_id();
     INSERT INTO key_policies (public_id, namespace_id, match_kind, pattern, key_limit,
-                              created_at, updated_at)
-      VALUES (v_public, p_namespace_id, p_kind, p_pattern, p_limit, v_now, v_now);
+                              rate_permits, rate_seconds, created_at, updated_at)
+      VALUES (v_public, p_namespace_id, p_kind, p_pattern, p_limit, p_rate_permits,
+              p_rate_seconds, v_now, v_now);
     SET v_id = LAST_INSERT_ID();
   ELSE
     UPDATE key_policies SET match_kind = p_kind, pattern = p_pattern, key_limit = p_limit,
+                            rate_permits = p_rate_permits, rate_seconds = p_rate_seconds,
                             updated_at = v_now
      WHERE id = v_id;
   END IF;
@@ -90,11 +97,12 @@ BEGIN
   COMMIT;
   IF p_delete THEN
     SELECT p_policy AS policy_id, v_old_kind AS match_kind, v_old_pattern AS pattern,
-           NULL AS key_limit, NULL AS created_at, v_now AS updated_at, 1 AS deleted,
+           NULL AS key_limit, NULL AS rate_permits, NULL AS rate_seconds, NULL AS created_at,
+           v_now AS updated_at, 1 AS deleted,
            v_changed AS keys_changed, v_started AS keys_started;
   ELSE
-    SELECT public_id AS policy_id, match_kind, pattern, key_limit, created_at, updated_at,
-           0 AS deleted, v_changed AS keys_changed, v_started AS keys_started
+    SELECT public_id AS policy_id, match_kind, pattern, key_limit, rate_permits, rate_seconds,
+           created_at, updated_at, 0 AS deleted, v_changed AS keys_changed, v_started AS keys_started
       FROM key_policies WHERE id = v_id;
   END IF;
 END

@@ -1,4 +1,5 @@
--- key_promote_next: make the next parked task of a key with room its READY candidate.
+-- key_promote_next: make the next parked task of a key with room its candidate: READY, or
+-- DELAYED until the key's rate lets its next permit begin (P6).
 -- Helper inside the caller's transaction. The caller holds the concurrency_resources row (FOR
 -- UPDATE). A key that has a candidate, or no room (as many holders as its limit, P1), is left
 -- as it is: one READY task a key at most, and none while it is full.
@@ -22,9 +23,11 @@ BEGIN
   DECLARE v_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   DECLARE v_open TINYINT DEFAULT 0;
+  DECLARE v_rate_next DATETIME(6);
   SELECT namespace_id, concurrency_key,
-         candidate_task_id IS NULL AND (holder_attempt_id IS NOT NULL) + slot_holders < key_limit
-    INTO v_ns, v_key, v_open
+         candidate_task_id IS NULL AND (holder_attempt_id IS NOT NULL) + slot_holders < key_limit,
+         IF(rate_permits IS NULL, NULL, key_rate_next(id, rate_permits, rate_seconds))
+    INTO v_ns, v_key, v_open, v_rate_next
     FROM concurrency_resources WHERE id = p_resource_id;
   IF v_open THEN
     SELECT t.id INTO v_task
@@ -34,7 +37,12 @@ BEGIN
        AND (SELECT q.state FROM queues q WHERE q.id = t.queue_id) = 'ACTIVE'
      ORDER BY t.priority, t.id
      LIMIT 1;
-    IF v_task IS NOT NULL THEN
+    IF v_task IS NOT NULL AND v_rate_next > v_now THEN
+      -- The key's rate lets no permit begin yet (P6): its next waits for it out of every
+      -- claim (P4), the key's candidate, until the due sweep enters it again.
+      UPDATE tasks SET lane = 'DELAYED', available_at = v_rate_next, updated_at = v_now
+       WHERE id = v_task AND lane = 'BLOCKED';
+    ELSEIF v_task IS NOT NULL THEN
       UPDATE tasks SET lane = 'READY', updated_at = v_now WHERE id = v_task AND lane = 'BLOCKED';
     END IF;
     IF v_task IS NOT NULL AND ROW_COUNT() = 1 THEN

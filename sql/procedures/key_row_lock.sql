@@ -4,14 +4,15 @@
 -- Helper inside the caller's transaction (key_lane, and a submission that decides on the key's
 -- state: if_busy). The lookup comes first: a key in use never touches its floor.
 -- Out: the row's id, its holders (slot 0's and the held slots of key_slots), whether it has
--- room for one more (P1: holders below its limit), its candidate and waiting_since.
+-- room for one more (P1: holders below its limit), its candidate and waiting_since, and for a
+-- key with a rate when its next permit may begin (P6, key_rate_next; NULL: now).
 -- Locks: the key's concurrency_resources row; for a new row, its key_floors row first
 --   (shared), and the namespace's key_policies rows after it (shared).
 CREATE PROCEDURE key_row_lock(IN p_namespace_id BIGINT UNSIGNED,
                               IN p_key VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin,
                               OUT p_resource_id BIGINT UNSIGNED, OUT p_holders INT,
                               OUT p_room TINYINT, OUT p_candidate BIGINT UNSIGNED,
-                              OUT p_waiting DATETIME(6))
+                              OUT p_waiting DATETIME(6), OUT p_rate_next DATETIME(6))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
@@ -19,8 +20,9 @@ BEGIN
   SET p_resource_id = NULL;
   -- A locking read of a key with no row locks nothing at READ COMMITTED (no gap lock).
   SELECT id, (holder_attempt_id IS NOT NULL) + slot_holders,
-         (holder_attempt_id IS NOT NULL) + slot_holders < key_limit, candidate_task_id, waiting_since
-    INTO p_resource_id, p_holders, p_room, p_candidate, p_waiting
+         (holder_attempt_id IS NOT NULL) + slot_holders < key_limit, candidate_task_id, waiting_since,
+         IF(rate_permits IS NULL, NULL, key_rate_next(id, rate_permits, rate_seconds))
+    INTO p_resource_id, p_holders, p_room, p_candidate, p_waiting, p_rate_next
     FROM concurrency_resources
    WHERE namespace_id = p_namespace_id AND concurrency_key = p_key FOR UPDATE;
   IF p_resource_id IS NULL THEN
@@ -31,8 +33,9 @@ BEGIN
     SET p_resource_id = LAST_INSERT_ID();
     CALL key_limit_init(p_namespace_id, p_resource_id);
     SELECT (holder_attempt_id IS NOT NULL) + slot_holders,
-           (holder_attempt_id IS NOT NULL) + slot_holders < key_limit, candidate_task_id, waiting_since
-      INTO p_holders, p_room, p_candidate, p_waiting
+           (holder_attempt_id IS NOT NULL) + slot_holders < key_limit, candidate_task_id, waiting_since,
+           IF(rate_permits IS NULL, NULL, key_rate_next(id, rate_permits, rate_seconds))
+      INTO p_holders, p_room, p_candidate, p_waiting, p_rate_next
       FROM concurrency_resources WHERE id = p_resource_id FOR UPDATE;
   END IF;
 END

@@ -16,8 +16,8 @@
 -- Locks, per stripe: its key_floors row (exclusive: it waits for the creators of new keys of
 --   the stripe that hold it shared, none of which waits for anything this holds), then the
 --   stripe's candidate key rows with SKIP LOCKED (a key row a writer holds is busy: it is
---   left for a later pass, and this never waits for a key row), then their key_slots rows
---   (free: locked only ever after their key row).
+--   left for a later pass, and this never waits for a key row), then their key_slots and
+--   key_rate_grants rows (locked only ever after their key row).
 CREATE PROCEDURE keys_reclaim(IN p_namespace_id BIGINT UNSIGNED, IN p_batch INT UNSIGNED,
                               IN p_after_at DATETIME(6), IN p_after_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -78,6 +78,8 @@ BEGIN
       FROM concurrency_resources r FORCE INDEX (PRIMARY)
      WHERE r.id IN (SELECT m.id FROM reclaim_keys_mem m WHERE m.stripe = v_stripe)
        AND r.holder_attempt_id IS NULL AND r.slot_holders = 0 AND r.candidate_task_id IS NULL
+       -- a key with a rate keeps its row (and its grants' times) for its rate's window
+       AND (r.rate_seconds IS NULL OR r.updated_at < UTC_TIMESTAMP(6) - INTERVAL r.rate_seconds SECOND)
        AND r.waiting_since IS NULL AND r.updated_at < v_cutoff
        FOR UPDATE SKIP LOCKED;
     -- A task of the key still to run, or to be resolved, keeps the row. No task of a key can
@@ -100,6 +102,8 @@ BEGIN
       -- later for the key starts without them.
       DELETE s FROM reclaim_locked_mem m
         STRAIGHT_JOIN key_slots s FORCE INDEX (PRIMARY) ON s.resource_id = m.id;
+      DELETE g FROM reclaim_locked_mem m
+        STRAIGHT_JOIN key_rate_grants g FORCE INDEX (PRIMARY) ON g.resource_id = m.id;
     END IF;
     COMMIT;
   END LOOP;

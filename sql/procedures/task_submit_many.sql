@@ -61,6 +61,8 @@ BEGIN
   DECLARE v_limited_ids TEXT DEFAULT '';
   DECLARE v_keys MEDIUMTEXT;
   DECLARE v_items_read TINYINT DEFAULT 0;
+  DECLARE v_rated BIGINT UNSIGNED;
+  DECLARE v_rated_after BIGINT UNSIGNED DEFAULT 0;
   DECLARE v_floors INT;
   DECLARE v_queues MEDIUMTEXT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -201,7 +203,9 @@ BEGIN
         LEFT JOIN submit_first_mem k ON k.concurrency_key = f.concurrency_key AND k.seq = f.seq
          SET f.resource_id = r.id,
              f.lane = IF((r.holder_attempt_id IS NOT NULL) + r.slot_holders < r.key_limit
-                         AND r.candidate_task_id IS NULL AND k.seq IS NOT NULL,
+                         AND r.candidate_task_id IS NULL AND k.seq IS NOT NULL
+                         AND (r.rate_permits IS NULL
+                              OR NOT key_rate_next(r.id, r.rate_permits, r.rate_seconds) > v_now),
                          'READY', 'BLOCKED')
        WHERE f.concurrency_key <> '';
       UPDATE submit_fast_mem f
@@ -249,6 +253,18 @@ BEGIN
     IF v_keyed > 0 THEN
       UPDATE submit_fast_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
          SET r.candidate_task_id = f.task_id WHERE f.lane = 'READY';
+      -- A key whose rate (P6) lets no permit begin yet parked its first task above:
+      -- key_promote_next makes it the key's candidate, waiting DELAYED for the rate.
+      rated: LOOP
+        SET v_rated = NULL;
+        SELECT MIN(f.resource_id) INTO v_rated
+          FROM submit_fast_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
+         WHERE f.resource_id > v_rated_after AND r.rate_permits IS NOT NULL
+           AND r.candidate_task_id IS NULL;
+        IF v_rated IS NULL THEN LEAVE rated; END IF;
+        CALL key_promote_next(v_rated);
+        SET v_rated_after = v_rated;
+      END LOOP;
     END IF;
     -- The counters kept: the application's under its quota, a queue's under its limit (their
     -- rows are locked above).

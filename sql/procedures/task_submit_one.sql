@@ -58,6 +58,8 @@ BEGIN
   DECLARE v_resource BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_holders INT;
   DECLARE v_room TINYINT;
+  DECLARE v_rate_next DATETIME(6);
+  DECLARE v_until DATETIME(6);
   DECLARE v_candidate BIGINT UNSIGNED;
   DECLARE v_waiting DATETIME(6);
   DECLARE v_busy TINYINT DEFAULT 0;
@@ -114,7 +116,7 @@ BEGIN
 
     IF p_concurrency_key <> '' AND p_if_busy IN ('skip', 'replace') THEN
       CALL key_row_lock(p_namespace_id, p_concurrency_key, v_resource, v_holders, v_room,
-                        v_candidate, v_waiting);
+                        v_candidate, v_waiting, v_rate_next);
     END IF;
     IF v_resource IS NOT NULL AND p_if_busy = 'skip' THEN
       -- Busy: held, or a task of the key waits in any lane (ix_tasks_key_lane: the first
@@ -172,7 +174,8 @@ BEGIN
     ELSEIF v_available > v_now THEN
       SET v_lane = 'DELAYED';  -- the due sweep enters it by the key's rule (task_enter_lane)
     ELSEIF p_concurrency_key <> '' THEN
-      CALL key_lane(p_namespace_id, p_concurrency_key, v_q_state, v_resource, v_lane);
+      CALL key_lane(p_namespace_id, p_concurrency_key, v_q_state, 0, v_resource, v_lane, v_until);
+      SET v_available = COALESCE(v_until, v_available);
     END IF;
 
     INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, idempotency_key,
@@ -198,7 +201,7 @@ BEGIN
     IF v_q_max IS NOT NULL AND NOT v_busy THEN
       UPDATE queues SET unfinished_tasks = unfinished_tasks + 1 WHERE id = p_queue_id;
     END IF;
-    IF v_lane = 'READY' AND v_resource IS NOT NULL THEN
+    IF (v_lane = 'READY' OR v_until IS NOT NULL) AND v_resource IS NOT NULL THEN
       UPDATE concurrency_resources SET candidate_task_id = v_task WHERE id = v_resource;
     END IF;
     -- The replaced tasks name their replacement (known now) in their row and history.

@@ -281,7 +281,10 @@ BEGIN
                             OR (c.keyed = 1
                                 AND (r.id IS NULL
                                      OR (r.holder_attempt_id IS NOT NULL) + r.slot_holders >= r.key_limit
-                                     OR NOT (r.candidate_task_id <=> c.task_id) OR c.token = 0))), 0),
+                                     OR NOT (r.candidate_task_id <=> c.task_id) OR c.token = 0
+                                     -- a key with a rate (P6) takes attempt_grant, which
+                                     -- records the grant's time
+                                     OR r.rate_permits IS NOT NULL))), 0),
                COALESCE(SUM(c.slotted), 0), COALESCE(SUM(c.room_after), 0)
           INTO v_bad, v_slotted, v_room
           FROM claim_grants_mem c

@@ -234,3 +234,29 @@ def test_p2_a_key_of_limit_3_shows_its_policy_its_holders_by_slot_and_a_lowered_
     page.goto(orbit_server + "/ui/keys/" + quote("solo/1", safe=""))
     assert "no key policy: 1" in page.inner_text("#key-limit")
     assert page.locator("#holders").count() == 0
+
+
+def test_p6_a_key_waiting_for_its_rate_says_when_on_its_page_and_its_next_task_s(
+    browser, orbit_server, client, tenant
+):
+    key = "rated/tenant-9"
+    client.simulate_post(
+        "/v1/key-policies",
+        headers=tenant.headers,
+        json={"key": key, "limit": 1, "rate": {"permits": 1, "per_seconds": 3600}},
+    )
+    ids = [
+        submit(client, tenant, None, 201, concurrency_key=key).json["data"]["task_id"]
+        for _ in range(2)
+    ]
+    session = Session(client, tenant, capacity=2)
+    [first] = session.claim(1, start=True)
+    assert session.finish(first["attempt_id"]).status_code == 200
+    page = signed_in(browser, orbit_server, tenant.token)
+    page.goto(orbit_server + "/ui/keys/" + quote(key, safe=""))
+    rate = page.inner_text("#key-rate")
+    assert "at most 1 permit begin in any 3600 s; the next at" in rate, rate
+    assert "waiting for the rate" in page.inner_text("#key-detail")
+    shoot(page, "key-rate")
+    page.goto(orbit_server + f"/ui/tasks/{ids[1]}")
+    assert "waiting for its rate: runs at" in page.inner_text("#rate-wait")

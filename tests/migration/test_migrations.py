@@ -219,8 +219,8 @@ def test_h5_existing_keys_keep_limit_1_and_their_permits_slot_0(fresh_dsn):
     [attempt] = _rows(fresh_dsn, "SELECT concurrency_slot FROM attempts")
     assert attempt["concurrency_slot"] == 0
     assert not _rows(fresh_dsn, "SELECT * FROM key_slots")
-    [limit] = _rows(fresh_dsn, f"SELECT {routine_name('key_policy_limit')}(1, 'k') AS n")
-    assert limit["n"] == 1
+    [limit] = _rows(fresh_dsn, f"SELECT {routine_name('key_policy_value')}(1, 'k', 'limit') AS n")
+    assert limit["n"] is None  # no rule: limit 1
     text = (schema.MIGRATIONS_DIR / f"{POLICIES}.sql").read_text()
     assert text.count("  ALGORITHM=INSTANT;") == 2
 

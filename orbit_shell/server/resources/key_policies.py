@@ -1,4 +1,5 @@
-"""Key policies (P1, P3; ``queues:manage``): how many holders the namespace's keys admit.
+"""Key policies (P1, P3, P6; ``queues:manage``): how many holders the namespace's keys admit,
+and how many permits of each may begin in a window.
 
 A change applies at once to every key it covers: a raised limit starts parked tasks, a lowered
 one revokes nothing (slots at or above it are not granted again)."""
@@ -23,10 +24,8 @@ class KeyPolicies:
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         s = scope(req, "queues:manage")
         body = read_json(req, policy_shapes.KEY_POLICY, self.max_body)
-        kind, pattern = policy_shapes.match(body)
-        [[row]] = s.db.call(
-            "key_policy_write", s.namespace_id, None, kind, pattern, body["limit"], 0
-        )
+        args = policy_shapes.write_args(body)
+        [[row]] = s.db.call("key_policy_write", s.namespace_id, None, *args, 0)
         ok(req, resp, policies.serialize(row), falcon.HTTP_201)
 
     def on_get_item(self, req: falcon.Request, resp: falcon.Response, policy_id: str) -> None:
@@ -36,15 +35,13 @@ class KeyPolicies:
     def on_put_item(self, req: falcon.Request, resp: falcon.Response, policy_id: str) -> None:
         s = scope(req, "queues:manage")
         body = read_json(req, policy_shapes.KEY_POLICY, self.max_body)
-        kind, pattern = policy_shapes.match(body)
         policies.one(s.db, s.namespace_id, policy_id)  # 404 before anything is written
-        [[row]] = s.db.call(
-            "key_policy_write", s.namespace_id, policy_id, kind, pattern, body["limit"], 0
-        )
+        args = policy_shapes.write_args(body)
+        [[row]] = s.db.call("key_policy_write", s.namespace_id, policy_id, *args, 0)
         ok(req, resp, policies.serialize(row))
 
     def on_delete_item(self, req: falcon.Request, resp: falcon.Response, policy_id: str) -> None:
         s = scope(req, "queues:manage")
         policies.one(s.db, s.namespace_id, policy_id)
-        s.db.call("key_policy_write", s.namespace_id, policy_id, None, None, None, 1)
+        s.db.call("key_policy_write", s.namespace_id, policy_id, None, None, None, None, None, 1)
         ok(req, resp, {"policy_id": policy_id, "deleted": True})
