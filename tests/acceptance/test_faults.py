@@ -309,7 +309,10 @@ def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant,
     assert reclaimer.reclaimed > 0
     assert figures["lost"] == 0 and figures["writes"] >= CHAOS_TASKS
     assert seen["grants"] >= CHAOS_TASKS and seen["overlaps"] == 0
-    assert figures["most_holders"] > 1  # the pool keys had several holders at once
+    if first >= 3 * CHAOS_KEYS:
+        # Each key began with a backlog (the long run): the pool keys had several holders at
+        # once. The short run submits too slowly for any key to have two.
+        assert figures["most_holders"] > 1
 
 
 def test_kill_9_mariadbd_loses_no_accepted_task_and_no_token(tmp_path):
