@@ -50,8 +50,8 @@ BEGIN
   DECLARE v_slot SMALLINT UNSIGNED DEFAULT 0;
   DECLARE v_new_slot TINYINT DEFAULT 0;
   DECLARE v_written INT DEFAULT 0;
-  -- The grant's instant: the claim's, or the key's last change when that is later (a claim
-  -- that waited for a release of the key's other slot must not stamp its grant before it).
+  -- The grant's instant: for a keyed grant, the clock once the key row is held (a claim that
+  -- waited for the key must not stamp its grant before what it waited for).
   DECLARE v_at DATETIME(6);
   DECLARE v_rate_permits INT UNSIGNED DEFAULT NULL;
   DECLARE v_rate_next DATETIME(6) DEFAULT NULL;
@@ -87,6 +87,10 @@ BEGIN
                v_rate_permits, v_rate_next
           FROM concurrency_resources
          WHERE namespace_id = v_ns AND concurrency_key = v_key FOR UPDATE;
+        -- Read again once the key row is held (a statement's clock is its start, before any
+        -- wait): a claim read p_now before this lock, and a grant stamped then could precede
+        -- the grant of the key it waited for, or a release stamped after it.
+        SET v_at = GREATEST(v_at, UTC_TIMESTAMP(6));
       END IF;
       IF v_resource IS NOT NULL AND ((v_holder IS NOT NULL) + v_slot_holders >= v_limit
                                      OR NOT (v_candidate <=> p_task_id)) THEN

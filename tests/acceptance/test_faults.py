@@ -96,7 +96,7 @@ def client_history(procs, limit_of=lambda key: 1) -> History:
     inside the real holding interval, so two of them overlapping on one slot of a key, or more
     of them at once than the key's limit (``limit_of``), would prove a double grant. Handlers
     whose write was refused as stale held nothing valid and are left out."""
-    started, history = {}, History()
+    started, history = {}, History(starts_are_grants=False)
     for proc in procs:
         for line in proc.lines:
             kind, *fields = line.split()
@@ -298,7 +298,18 @@ def test_mixed_run_with_sigkill_passes_the_history_checker(orbit_server, tenant,
         w.send_signal(signal.SIGTERM)
         w.wait(15)
     stale = sum(1 for w in SPAWNED for x in w.lines if x.startswith("stale"))
-    figures = _history(database, tenant, submitted, fence, limit_of).check()
+    try:
+        figures = _history(database, tenant, submitted, fence, limit_of).check()
+    except AssertionError as exc:
+        key = str(exc).split(":")[0]  # the checker names the key first
+        rows = database.query(
+            "SELECT a.concurrency_token, a.concurrency_slot, a.created_at, a.finished_at, "
+            "a.state, a.session_id FROM attempts a JOIN tasks t ON t.id = a.task_id "
+            "WHERE t.namespace_id = %s AND t.concurrency_key = %s ORDER BY a.created_at",
+            (tenant.namespace_id, key.split(" slot")[0]),
+        )
+        print("\n".join(str(r) for r in rows[:80]))
+        raise
     seen = client_history(SPAWNED, limit_of).check()  # what the workers saw, on their clocks
     print(
         f"\nmixed: server={figures} client_grants={seen['grants']} "

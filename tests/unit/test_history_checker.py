@@ -88,3 +88,25 @@ def test_p2_each_slot_violation_is_caught(break_it):
     break_it(h)
     with pytest.raises(AssertionError):
         h.check()
+
+
+def test_p2_workers_may_start_holders_of_other_slots_out_of_token_order():
+    """On a worker's clock, slot 1's holder (token 3) may begin before slot 0's (token 2):
+    both hold valid permits at once. Only the server's grant instants are in token order."""
+    h = History(starts_are_grants=False)
+    h.grants = [
+        Grant("k", 2, "a2", "", 1.0, 3.0, slot=0, limit=2),
+        Grant("k", 3, "a3", "", 0.5, 2.0, slot=1, limit=2),
+    ]
+    assert h.check()["most_holders"] == 2
+    h.starts_are_grants = True
+    with pytest.raises(AssertionError, match="grant order"):
+        h.check()
+    # Within a slot the order still holds on any clock.
+    h = History(starts_are_grants=False)
+    h.grants = [
+        Grant("k", 3, "a3", "", 0.0, 1.0, slot=0, limit=2),
+        Grant("k", 2, "a2", "", 1.5, 2.0, slot=0, limit=2),
+    ]
+    with pytest.raises(AssertionError, match="slot 0"):
+        h.check()
