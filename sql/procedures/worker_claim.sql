@@ -21,9 +21,6 @@ BEGIN
   DECLARE v_only_queue BIGINT UNSIGNED;
   DECLARE v_first_attempt BIGINT UNSIGNED;
   DECLARE v_limits TINYINT UNSIGNED;
-  DECLARE v_granted INT;
-  DECLARE v_bytes BIGINT UNSIGNED;
-  DECLARE v_more TINYINT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
@@ -41,7 +38,7 @@ BEGIN
   START TRANSACTION;
   CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
   CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max, v_limits,
-                          0, p_start, 1048576, v_first_attempt, v_granted, v_bytes, v_more);
+                          0, p_start, v_first_attempt);
   COMMIT;
   CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615), 18446744073709551615);
 END

@@ -11,12 +11,8 @@
 -- than waited for out of key order (a candidate the caller's results promoted, listed in
 -- result_next_mem, is of a key row it holds: nothing to wait for); p_start: 1 when the caller
 -- was asked to start what it grants (W3): both grant paths write attempts and tasks RUNNING at
--- once, with a STARTED history row after each CLAIMED one; p_budget: the payload bytes its
--- grants may carry (1 MiB, L1; less for a second pass). Out: the first attempt id granted by
--- this call (NULL: none), the grants, their payload bytes (at most; for a second pass's
--- budget), and p_more: 1 when the set-based grants made keys of limit N promote their next
--- tasks (a key has one READY task a claim) and the call could take more: the caller may call
--- again in its transaction (worker_report_claim's second pass).
+-- once, with a STARTED history row after each CLAIMED one. Out: the first attempt id granted
+-- by this call (NULL: none).
 -- Errors: STATE_CONFLICT (session closed), before anything is written.
 --
 -- Locks, in the documented order (after the caller's gate and application row): the session's
@@ -49,9 +45,7 @@ CREATE PROCEDURE worker_claim_grant(IN p_namespace_id BIGINT UNSIGNED, IN p_sess
                                     IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                                     IN p_max INT UNSIGNED, IN p_limits TINYINT UNSIGNED,
                                     IN p_skip_keys TINYINT, IN p_start TINYINT,
-                                    IN p_budget INT UNSIGNED,
-                                    OUT p_first_attempt BIGINT UNSIGNED, OUT p_granted INT,
-                                    OUT p_bytes BIGINT UNSIGNED, OUT p_more TINYINT)
+                                    OUT p_first_attempt BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_session BIGINT UNSIGNED;
@@ -99,11 +93,8 @@ BEGIN
   -- its size): the request body's bound (validation.MAX_BODY_BYTES), so that no answer
   -- carries more than a request may.
   DECLARE c_payload_budget INT UNSIGNED DEFAULT 1048576;
-  -- A call given less than the whole budget is a claim's second pass: its first grant has no
-  -- right to go over it.
-  DECLARE v_first_free TINYINT DEFAULT 1;
 
-  SET v_session = p_session_id, v_app = p_app_id, v_first_free = p_budget >= c_payload_budget;
+  SET v_session = p_session_id, v_app = p_app_id;
   SET v_actor = CONCAT('session:', p_session_public_id);
   IF p_limits & 1 THEN  -- the row is locked by the caller's gate
     SELECT max_active_attempts, active_attempts INTO v_app_max, v_app_active
@@ -245,12 +236,12 @@ BEGIN
     -- running total, as worker_hello pages its in-flight attempts.
     IF v_take > 1 THEN
       SELECT SUM(payload_bytes) INTO v_bytes FROM claim_grants_mem;
-      IF v_bytes > p_budget THEN
+      IF v_bytes > c_payload_budget THEN
         SELECT COUNT(*) INTO v_fit
           FROM (SELECT ROW_NUMBER() OVER (ORDER BY priority, task_id) AS n,
                        SUM(payload_bytes) OVER (ORDER BY priority, task_id) AS total
                   FROM claim_grants_mem) w
-         WHERE (w.n = 1 AND v_first_free) OR w.total <= p_budget;
+         WHERE w.n = 1 OR w.total <= c_payload_budget;
         SET v_take = LEAST(v_take, v_fit), v_cap = LEAST(v_cap, v_take);
       END IF;
     END IF;
@@ -432,7 +423,7 @@ BEGIN
       DECLARE v_size INT UNSIGNED;
       DECLARE c_grant CURSOR FOR SELECT task_id, payload_bytes FROM claim_grants_mem ORDER BY priority, task_id;
       DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
-      SET v_bytes = 0, v_room = 0;  -- attempt_grant promotes each key's next: no second pass
+      SET v_bytes = 0;
       OPEN c_grant;
       grant_loop: LOOP
         IF v_granted >= v_cap THEN LEAVE grant_loop; END IF;
@@ -442,9 +433,7 @@ BEGIN
         FETCH c_grant INTO v_next, v_size;
         IF v_done = 1 THEN LEAVE grant_loop; END IF;
         -- The payload budget (L1, above) holds for the grants made here too.
-        IF (v_granted > 0 OR NOT v_first_free) AND v_bytes + v_size > p_budget THEN
-          LEAVE grant_loop;
-        END IF;
+        IF v_granted > 0 AND v_bytes + v_size > c_payload_budget THEN LEAVE grant_loop; END IF;
         CALL attempt_grant(v_next, v_session, v_now, v_actor, p_limits, p_start, v_item);
         IF v_item IS NOT NULL THEN
           SET v_granted = v_granted + 1, v_bytes = v_bytes + v_size;
@@ -461,6 +450,5 @@ BEGIN
   -- Seen now, with what it holds: one write of the session row, at the end (nothing in this
   -- transaction reads the session's own last_seen_at).
   UPDATE worker_sessions SET last_seen_at = v_now, in_flight = in_flight + v_granted WHERE id = v_session;
-  SET p_first_attempt = v_first_attempt, p_granted = v_granted, p_bytes = v_bytes,
-      p_more = v_room > 0 AND v_granted < v_want;
+  SET p_first_attempt = v_first_attempt;
 END

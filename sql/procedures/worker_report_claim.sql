@@ -33,10 +33,6 @@ BEGIN
   DECLARE v_out MEDIUMTEXT;
   DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_error VARCHAR(512);
-  DECLARE v_granted INT DEFAULT 0;
-  DECLARE v_bytes BIGINT UNSIGNED DEFAULT 0;
-  DECLARE v_more TINYINT DEFAULT 0;
-  DECLARE v_second BIGINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
@@ -69,20 +65,7 @@ BEGIN
         SET v_first_attempt = NULL;
       END;
       CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max,
-                              v_limits, 1, p_start, 1048576, v_first_attempt, v_granted,
-                              v_bytes, v_more);
-      -- Keys of limit N give a claim one task each, and promote their next: while the claim
-      -- can take more, a second pass takes those (P1), in the same transaction, with what is
-      -- left of the payload budget.
-      IF v_more AND v_bytes < 1048576 THEN
-        DELETE FROM claim_grants_mem;
-        DELETE FROM claim_next_mem;
-        DELETE FROM locked_keys_mem;
-        CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id,
-                                p_max - v_granted, v_limits, 1, p_start, 1048576 - v_bytes,
-                                v_second, v_granted, v_bytes, v_more);
-        SET v_first_attempt = COALESCE(v_first_attempt, v_second);
-      END IF;
+                              v_limits, 1, p_start, v_first_attempt);
     END claim_half;
   END IF;
   COMMIT;
