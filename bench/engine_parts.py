@@ -441,7 +441,7 @@ class Bench:
         holder = self.hello(d, "holder-" + key, capacity=limit * keys)
         for k in busy:
             if limit > 1:
-                d.call("key_policy_write", self.ns, None, "KEY", k, limit, 0)
+                d.call("key_policy_write", self.ns, None, "KEY", k, limit, None, None, 0)
             for s in range(limit):
                 self.submit(d, f"{k}-held-{s}", k)
         held_ids: list[str] = []

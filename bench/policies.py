@@ -40,10 +40,12 @@ RATED_BACKLOG = 100
 SAMPLES = 300
 
 
-def _free_claims(bench: Bench, d: Database, conn, sid: str, tag: str) -> tuple[list, list]:
+def _free_claims(
+    bench: Bench, d: Database, conn, sid: str, queue: int, tag: str
+) -> tuple[list, list]:
     latencies, reads = [], []
     for i in range(SAMPLES):
-        bench.submit(d, f"{tag}-{i}", f"{tag}-free-{i}")
+        bench.submit(d, f"{tag}-{i}", f"{tag}-free-{i}", queue)
         ms, read, rows = bench.timed_claim(conn, d, sid)
         assert rows, "a claimable task was hidden"
         latencies.append(ms)
@@ -52,18 +54,20 @@ def _free_claims(bench: Bench, d: Database, conn, sid: str, tag: str) -> tuple[l
 
 
 def rated_keys(bench: Bench) -> dict:
-    """Claim p99 of free keys without and with 100 rate-limited keys holding backlogs."""
+    """Claim p99 of free keys without and with 100 rate-limited keys holding backlogs, on a
+    queue of their own (what earlier parts leave on the bench queue is not claimed here)."""
     tag = "rate-" + secrets.token_hex(3)
     d = Database(bench.dsn, pool_size=2)
     conn = db.connect(bench.dsn)
-    sid = bench.hello(d, tag + "-claimer")
+    queue, sid = bench.batch_queue(d, tag, 1)
+    [public] = d.query("SELECT public_id FROM queues WHERE id = %s", (queue,))
     locks = lock_counters(bench.db)
-    before, before_reads = _free_claims(bench, d, conn, sid, tag + "-a")
+    before, before_reads = _free_claims(bench, d, conn, sid, queue, tag + "-a")
     d.call("key_policy_write", bench.ns, None, "PREFIX", f"{tag}/", 1, 1, 3600, 0)
-    rated = bench.hello(d, tag + "-rated", capacity=RATED_KEYS)
+    rated = bench.hello(d, tag + "-rated", capacity=RATED_KEYS, queue_public=public["public_id"])
     for k in range(RATED_KEYS):
         for n in range(2):
-            bench.submit(d, f"{tag}/{k}-{n}", f"{tag}/{k}")
+            bench.submit(d, f"{tag}/{k}-{n}", f"{tag}/{k}", queue)
     # Each key's first permit uses its hour's rate; its second task then waits DELAYED. Claims
     # until none is left: a claim takes a fair share while the claimer is idle (W2).
     while True:
@@ -74,13 +78,13 @@ def rated_keys(bench: Bench) -> dict:
             d.call("attempt_start", bench.ns, rated, row["attempt_id"])
             d.call("attempt_result", bench.ns, rated, row["attempt_id"], "succeeded", 0, None, None)
     for k in range(RATED_KEYS):
-        park(bench.dsn, bench.ns, bench.app, bench.queue, f"{tag}/{k}", RATED_BACKLOG)
+        park(bench.dsn, bench.ns, bench.app, queue, f"{tag}/{k}", RATED_BACKLOG)
     [waiting] = d.query(
         "SELECT COUNT(*) AS n FROM tasks WHERE namespace_id = %s AND concurrency_key LIKE %s "
         "AND lane = 'DELAYED'",
         (bench.ns, f"{tag}/%"),
     )
-    during, during_reads = _free_claims(bench, d, conn, sid, tag + "-b")
+    during, during_reads = _free_claims(bench, d, conn, sid, queue, tag + "-b")
     deadlocks = lock_delta(locks, lock_counters(bench.db))["deadlocks"]
     conn.close()
     d.close()

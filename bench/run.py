@@ -284,30 +284,24 @@ def run_blocked(bench: Bench, args, parts: set[str], results: dict, began: dict)
     """Claims past parked backlogs, the sweeper, unkeyed sessions, purge lag."""
     if "blocked" in parts:
         began["blocked"] = time.monotonic()
-        sizes = [0, 10_000] + ([100_000, 1_000_000] if args.large else [])
-        results["blocked"] = [bench.blocked(n, 200) for n in sizes]
-        base = results["blocked"][0]["claim_p99_ms"]
-        for b in results["blocked"]:
-            print(
-                f"blocked: {b['parked']:>8} parked  claim p50 {b['claim_p50_ms']:.2f} ms  "
-                f"p99 {b['claim_p99_ms']:.2f} ms ({b['claim_p99_ms'] / base:.2f}x of 0)  "
-                f"rows read {b['rows_read_per_claim']:.0f}  "
-                f"release of the busy key {b['release_of_busy_key_ms']:.1f} ms",
-                flush=True,
-            )
-        # The same behind 10 keys of limit 4 (P1, P4), each with its four slots held.
-        sizes = [0, 10_000] + ([1_000_000] if args.large else [])
-        results["blocked_limit"] = [bench.blocked(n, 200, limit=4, keys=10) for n in sizes]
-        base = results["blocked_limit"][0]["claim_p99_ms"]
-        for b in results["blocked_limit"]:
-            print(
-                f"blocked: {b['parked']:>8} parked behind {b['keys']} keys of limit "
-                f"{b['limit']}  claim p50 {b['claim_p50_ms']:.2f} ms  "
-                f"p99 {b['claim_p99_ms']:.2f} ms ({b['claim_p99_ms'] / base:.2f}x of 0)  "
-                f"rows read {b['rows_read_per_claim']:.0f}  "
-                f"release of a busy key's slot {b['release_of_busy_key_ms']:.1f} ms",
-                flush=True,
-            )
+        # Behind one busy key, then behind 10 keys of limit 4 (P1, P4) with every slot held.
+        large = [100_000, 1_000_000] if args.large else []
+        for name, sizes, limit, keys in (
+            ("blocked", [0, 10_000, *large], 1, 1),
+            ("blocked_limit", [0, 10_000, *large[1:]], 4, 10),
+        ):
+            results[name] = [bench.blocked(n, 200, limit=limit, keys=keys) for n in sizes]
+            base = results[name][0]["claim_p99_ms"]
+            behind = f" behind {keys} keys of limit {limit}" if limit > 1 else ""
+            for b in results[name]:
+                print(
+                    f"blocked: {b['parked']:>8} parked{behind}  claim p50 "
+                    f"{b['claim_p50_ms']:.2f} ms  p99 {b['claim_p99_ms']:.2f} ms "
+                    f"({b['claim_p99_ms'] / base:.2f}x of 0)  rows read "
+                    f"{b['rows_read_per_claim']:.0f}  release of a busy key's permit "
+                    f"{b['release_of_busy_key_ms']:.1f} ms",
+                    flush=True,
+                )
         results["sweep"] = [
             bench.sweep(n, 1000) for n in [0, 10_000] + ([100_000] if args.large else [])
         ]

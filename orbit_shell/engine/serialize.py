@@ -156,8 +156,11 @@ def _holder(h: dict[str, Any]) -> dict[str, Any]:
 
 
 def _policy_ref(row: dict[str, Any] | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
+    return None if row is None else policy(row)
+
+
+def policy(row: dict[str, Any]) -> dict[str, Any]:
+    """A key policy's rule (P1, P6): ``{"policy_id", "key" | "prefix", "limit", "rate"}``."""
     match = "key" if row["match_kind"] == "KEY" else "prefix"
     return {
         "policy_id": row["policy_id"],

@@ -8,7 +8,7 @@ from typing import Any
 
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
-from orbit_shell.engine.serialize import iso, rate
+from orbit_shell.engine.serialize import iso, policy
 
 # A namespace holds at most this many policies (key_policy_write refuses more): a key row made
 # reads the prefix rules, and GET /v1/key-policies answers them all in one page.
@@ -53,12 +53,8 @@ def one(db: Database, namespace_id: int, policy_id: str) -> dict[str, Any]:
 def serialize(row: dict[str, Any]) -> dict[str, Any]:
     """``{"policy_id", "key" | "prefix", "limit", "rate", "created_at", "updated_at"}``;
     ``rate`` is ``{"permits", "per_seconds"}`` or null."""
-    match = "key" if row["match_kind"] == "KEY" else "prefix"
     return {
-        "policy_id": row["policy_id"],
-        match: row["pattern"],
-        "limit": row["key_limit"],
-        "rate": rate(row),
+        **policy(row),
         "created_at": iso(row["created_at"]),
         "updated_at": iso(row["updated_at"]),
     }
