@@ -9,6 +9,7 @@ from typing import Any
 from orbit_shell import errors
 from orbit_shell.engine.db import Database
 from orbit_shell.engine.serialize import iso, policy
+from orbit_shell.validation import HEX32
 
 # A namespace holds at most this many policies (key_policy_write refuses more): a key row made
 # reads the prefix rules, and GET /v1/key-policies answers them all in one page.
@@ -38,6 +39,15 @@ def listed(db: Database, namespace_id: int) -> list[dict[str, Any]]:
         f"SELECT {COLUMNS} FROM key_policies WHERE namespace_id = %s ORDER BY match_kind, pattern",
         [namespace_id],
     )
+
+
+def known(policy_id: str) -> str:
+    """A policy id as a path carries it: 404 for one no policy could have (32 lowercase hex),
+    before the database is asked; key_policy_write answers 404 for one not in the
+    namespace, before it writes anything."""
+    if not HEX32.match(policy_id):
+        raise errors.NotFound("key policy not found")
+    return policy_id
 
 
 def one(db: Database, namespace_id: int, policy_id: str) -> dict[str, Any]:

@@ -95,6 +95,10 @@ def test_p3_policies_are_created_read_changed_and_deleted_in_their_namespace(
     assert [p["policy_id"] for p in _policies(client, tenant)] == [prefix["policy_id"]]
     again = client.simulate_delete(f"/v1/key-policies/{made['policy_id']}", headers=tenant.headers)
     assert again.status_code == 404
+    for bad in ("nope", "A" * 32, "f" * 300):  # no policy could have these ids
+        path = f"/v1/key-policies/{bad}"
+        assert client.simulate_delete(path, headers=tenant.headers).status_code == 404
+        assert _put(client, tenant, bad, 404, key="acct/1", limit=1)["error"]["code"] == "NOT_FOUND"
 
 
 def test_p1_the_exact_rule_beats_prefixes_and_the_longest_prefix_wins(client, tenant):

@@ -35,13 +35,21 @@ class KeyPolicies:
     def on_put_item(self, req: falcon.Request, resp: falcon.Response, policy_id: str) -> None:
         s = scope(req, "queues:manage")
         body = read_json(req, policy_shapes.KEY_POLICY, self.max_body)
-        policies.one(s.db, s.namespace_id, policy_id)  # 404 before anything is written
         args = policy_shapes.write_args(body)
-        [[row]] = s.db.call("key_policy_write", s.namespace_id, policy_id, *args, 0)
+        [[row]] = s.db.call("key_policy_write", s.namespace_id, policies.known(policy_id), *args, 0)
         ok(req, resp, policies.serialize(row))
 
     def on_delete_item(self, req: falcon.Request, resp: falcon.Response, policy_id: str) -> None:
         s = scope(req, "queues:manage")
-        policies.one(s.db, s.namespace_id, policy_id)
-        s.db.call("key_policy_write", s.namespace_id, policy_id, None, None, None, None, None, 1)
+        s.db.call(
+            "key_policy_write",
+            s.namespace_id,
+            policies.known(policy_id),
+            None,
+            None,
+            None,
+            None,
+            None,
+            1,
+        )
         ok(req, resp, {"policy_id": policy_id, "deleted": True})
