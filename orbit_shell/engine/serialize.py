@@ -123,7 +123,7 @@ def key(row: dict[str, Any]) -> dict[str, Any]:
         "limit": row["key_limit"],
         "rate": rate(row),
         "next_permit_at": iso(row["next_permit_at"]),
-        "policy": _policy_ref(row["policy"]),
+        "policy": policy(row["policy"]) if row["policy"] else None,
         "holder": holders[0] if holders else None,
         "holders": holders,
         "ready_task_id": row["ready_task_id"],
@@ -153,10 +153,6 @@ def _holder(h: dict[str, Any]) -> dict[str, Any]:
         "since": iso(h["since"]),
         "lease_expires_at": iso(h["lease_expires_at"]),
     }
-
-
-def _policy_ref(row: dict[str, Any] | None) -> dict[str, Any] | None:
-    return None if row is None else policy(row)
 
 
 def policy(row: dict[str, Any]) -> dict[str, Any]:

@@ -209,6 +209,7 @@ class Scope:
         ``PARKED_COUNT_MAX``; the oldest found per priority, ten dives)."""
         rows = self.db.query(
             "SELECT r.id, r.token, r.key_limit, r.rate_permits, r.rate_seconds, r.updated_at, "
+            "UTC_TIMESTAMP(6) AS now, "
             "c.public_id AS ready_task_id, c.queue_id AS ready_queue "
             "FROM concurrency_resources r "
             "LEFT JOIN tasks c ON c.id = r.candidate_task_id "
@@ -245,7 +246,7 @@ class Scope:
                 "WHERE resource_id = %s ORDER BY granted_at DESC LIMIT 1 OFFSET %s",
                 [row["rate_seconds"], row["id"], row["rate_permits"] - 1],
             )
-            if later and later[0]["at"] > self.db.query("SELECT UTC_TIMESTAMP(6) AS t")[0]["t"]:
+            if later and later[0]["at"] > row["now"]:
                 row["next_permit_at"] = later[0]["at"]
         extra, args = self._queue_filter("queue_id")
         parked_where = (

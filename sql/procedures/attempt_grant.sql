@@ -81,9 +81,9 @@ BEGIN
       IF v_key <> '' THEN
         CALL token_range(v_floor, v_ceiling);
         SELECT id, token, holder_attempt_id, candidate_task_id, key_limit, slot_holders,
-               GREATEST(p_now, updated_at), rate_permits,
+               rate_permits,
                IF(rate_permits IS NULL, NULL, key_rate_next(id, rate_permits, rate_seconds))
-          INTO v_resource, v_token, v_holder, v_candidate, v_limit, v_slot_holders, v_at,
+          INTO v_resource, v_token, v_holder, v_candidate, v_limit, v_slot_holders,
                v_rate_permits, v_rate_next
           FROM concurrency_resources
          WHERE namespace_id = v_ns AND concurrency_key = v_key FOR UPDATE;
