@@ -10,8 +10,11 @@ nothing appeared that was not submitted.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,27 @@ class Grant:
     end: float  # when it ended (result, cancel, recovery); inf while held
     slot: int = 0  # P2: the permit's slot of the key
     limit: int = 1  # P1: the key's limit in force when the permit was granted
+
+
+def recorded(row: dict[str, Any], limit: int) -> Grant:
+    """A grant as the database recorded it: a row with the attempt's ``task``, key ``k``,
+    ``attempt``, ``token``, ``slot``, ``created_at`` and ``finished_at`` (UTC; none while held),
+    under the key's ``limit`` then."""
+
+    def utc(value: dt.datetime) -> float:
+        return value.replace(tzinfo=dt.UTC).timestamp()
+
+    end = utc(row["finished_at"]) if row["finished_at"] else math.inf
+    return Grant(
+        row["k"],
+        row["token"],
+        row["attempt"],
+        row["task"],
+        utc(row["created_at"]),
+        end,
+        row["slot"],
+        limit,
+    )
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,6 @@ Each test prints its figures (run pytest with -s to see them)."""
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import signal
@@ -25,7 +24,7 @@ from orbit_shell.sdk.models import SubmitTaskRequest
 from tests.acceptance.procs import SPAWNED, spawn
 from tests.conftest import make_tenant
 from tests.engine import Engine
-from tests.history import Grant, History, Write
+from tests.history import Grant, History, Write, recorded
 
 SETTLED = {"SUCCEEDED", "FAILED", "CANCELLED", "DEADLINE_EXCEEDED", "NEEDS_REVIEW"}
 
@@ -148,19 +147,7 @@ def _history(database, tenant, submitted, fence_dsn, limit_of=lambda key: 1) -> 
         "AND t.concurrency_key <> ''",
         (tenant.namespace_id,),
     ):
-        end = r["finished_at"].timestamp() if r["finished_at"] else math.inf
-        history.grants.append(
-            Grant(
-                r["k"],
-                r["token"],
-                r["attempt"],
-                r["task"],
-                r["created_at"].timestamp(),
-                end,
-                r["slot"],
-                limit_of(r["k"]),
-            )
-        )
+        history.grants.append(recorded(r, limit_of(r["k"])))
     for r in database.query(
         "SELECT public_id, state FROM tasks WHERE namespace_id = %s", (tenant.namespace_id,)
     ):

@@ -13,7 +13,7 @@ import threading
 import time
 
 from tests.helpers import Session, submit
-from tests.history import Grant, History
+from tests.history import History, recorded
 
 KEYS = 3
 TASKS_PER_KEY = 40
@@ -146,20 +146,7 @@ def test_p1_p2_limits_changed_while_claims_results_and_expiries_run(client, tena
         "JOIN queues q ON q.id = t.queue_id WHERE q.public_id = %s",
         (queue,),
     ):
-        start = _utc(r["created_at"])
-        end = _utc(r["finished_at"]) if r["finished_at"] else math.inf
-        history.grants.append(
-            Grant(
-                r["k"],
-                r["token"],
-                r["attempt"],
-                r["task"],
-                start,
-                end,
-                r["slot"],
-                changes.allowed(r["k"], start),
-            )
-        )
+        history.grants.append(recorded(r, changes.allowed(r["k"], _utc(r["created_at"]))))
         if r["state"] == "SUCCEEDED":
             history.successes[r["task"]] = history.successes.get(r["task"], 0) + 1
     for r in database.query(
