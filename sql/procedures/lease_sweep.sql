@@ -3,7 +3,7 @@
 -- of the item's namespace (namespace_gate, with the application row under quotas; the
 -- documented order), so several servers may sweep at once and every step is idempotent:
 --   1. expired leases -> attempt_recover (EXPIRED / UNKNOWN, permits released);
---   2. DELAYED tasks whose backoff ran out -> task_enter_lane (READY or parked);
+--   2. DELAYED tasks whose time came -> task_enter_due (READY or parked);
 --   3. WAITING tasks past their total deadline -> DEADLINE_EXCEEDED.
 -- Result set: {recovered, promoted, expired}.
 -- Indexes: ix_attempts_lease (state, lease_expires_at), ix_tasks_due (lane, available_at),
@@ -21,6 +21,7 @@ BEGIN
   DECLARE v_queue BIGINT UNSIGNED;
   DECLARE v_ns BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(20);
+  DECLARE v_entered TINYINT;
   DECLARE v_recovered INT DEFAULT 0;
   DECLARE v_promoted INT DEFAULT 0;
   DECLARE v_expired INT DEFAULT 0;
@@ -62,10 +63,7 @@ BEGIN
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     CALL namespace_gate(v_ns, 0, v_app, v_limits);
-    SELECT lane INTO v_state FROM tasks WHERE id = v_next FOR UPDATE;
-    IF v_state = 'DELAYED' THEN
-      CALL task_enter_lane(v_next);
-    END IF;
+    CALL task_enter_due(v_next, UTC_TIMESTAMP(6), v_entered);
     COMMIT;
     SET v_promoted = v_promoted + 1, v_last = v_next;
   END LOOP;

@@ -10,8 +10,8 @@
 -- Params: namespace, session internal id, how many queues the session has and the least of
 --   them (read by the caller with the session: the probe asks one queue by key when there is
 --   one). No result set.
--- Locks, per item: namespace_gate's, then attempt_recover's, or the task row and
---   task_enter_lane's key row.
+-- Locks, per item: namespace_gate's, then attempt_recover's, or task_enter_due's (the key row,
+--   then the task row).
 CREATE PROCEDURE session_recover(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
                                  IN p_queues INT UNSIGNED, IN p_only_queue BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -19,7 +19,7 @@ BEGIN
   DECLARE v_recover TINYINT DEFAULT 0;
   DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
   DECLARE v_next BIGINT UNSIGNED;
-  DECLARE v_lane VARCHAR(10);
+  DECLARE v_entered TINYINT;
   DECLARE v_done INT DEFAULT 0;
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_limits TINYINT UNSIGNED;
@@ -48,11 +48,11 @@ BEGIN
       SET v_done = v_done + 1;
     END LOOP;
     -- Retry backoff that has run out: DELAYED tasks re-enter their lane (procrastinate #1599).
-    -- A plain read finds the task and its row is then locked by key and re-checked: a locking
-    -- range read also locks the first index row past the range, another queue's, and
+    -- A plain read finds the task and task_enter_due locks it by key and checks it again: a
+    -- locking range read also locks the first index row past the range, another queue's, and
     -- deadlocked with that row's own claim (sql/README.md, "Locking reads").
     due_loop: LOOP
-      SET v_next = NULL, v_lane = NULL;
+      SET v_next = NULL;
       SELECT id INTO v_next FROM tasks FORCE INDEX (ix_tasks_queue_due)
        WHERE queue_id = v_queue AND lane = 'DELAYED' AND available_at <= v_now
        LIMIT 1;
@@ -60,10 +60,7 @@ BEGIN
       SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
       START TRANSACTION;
       CALL namespace_gate(p_namespace_id, 0, v_app, v_limits);
-      SELECT lane INTO v_lane FROM tasks WHERE id = v_next AND available_at <= v_now FOR UPDATE;
-      IF v_lane = 'DELAYED' THEN
-        CALL task_enter_lane(v_next);
-      END IF;
+      CALL task_enter_due(v_next, v_now, v_entered);
       COMMIT;
       SET v_done = v_done + 1;
     END LOOP;

@@ -31,7 +31,12 @@
 -- (none but with 'replace' and a key): it becomes available p_debounce_delay_ms from now, but
 -- no later than p_debounce_max_wait_ms after the burst began (the earliest of the replaced
 -- tasks' bursts, or now), waiting until then in the DELAYED lane, from which the due sweep
--- lets it in by the key's rule.
+-- lets it in by the key's rule. It replaces the key's DELAYED and parked tasks, never a READY
+-- one: a READY task's burst has ended (its time came, and it runs), and a claim may hold it
+-- while it waits for this key row, a cycle that SKIP LOCKED does not break on MariaDB (its
+-- request waits and is checked for deadlock like any other; "Lock order" in sql/README.md).
+-- A plain 'replace' does replace a READY task, and so may meet that cycle: it is then rolled
+-- back and retried whole.
 CREATE PROCEDURE task_submit_one(
   IN p_namespace_id BIGINT UNSIGNED, IN p_queue_id BIGINT UNSIGNED,
   IN p_idempotency_key VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin, IN p_fingerprint CHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
@@ -136,7 +141,8 @@ BEGIN
       SELECT COALESCE(JSON_ARRAYAGG(id), '[]') INTO v_victims
         FROM tasks FORCE INDEX (ix_tasks_key_lane)
        WHERE namespace_id = p_namespace_id AND concurrency_key = p_concurrency_key
-         AND lane IS NOT NULL AND handler = p_handler;
+         AND lane IS NOT NULL AND handler = p_handler
+         AND (COALESCE(p_debounce_delay_ms, 0) = 0 OR lane <> 'READY');
       victims: WHILE v_at < JSON_LENGTH(v_victims) DO
         SET v_victim = JSON_EXTRACT(v_victims, CONCAT('$[', v_at, ']'));
         SET v_at = v_at + 1, v_victim_lane = NULL;

@@ -8,6 +8,10 @@ import secrets
 import threading
 import time
 
+import pymysql
+
+from orbit_shell.engine import db
+from orbit_shell.engine.schema import routine_name
 from tests.helpers import Session, submit
 
 
@@ -309,3 +313,72 @@ def test_p5_debounce_replaces_unless_if_busy_says_otherwise(client, tenant):
     unknown = submit(client, tenant, None, 400, concurrency_key="deb/x",
                      debounce={"delay_ms": 1, "max_wait_ms": 1, "jitter": 1})  # fmt: skip
     assert unknown.json["error"]["details"][0]["field"] == "debounce.jitter"
+
+
+def test_p5_debounce_leaves_a_ready_task_to_run_and_begins_a_new_burst(client, tenant, database):
+    """A debounced task whose time came (let in READY by the due sweep) has ended its burst: the
+    next submission does not replace it but begins a burst of its own."""
+    first = submit(client, tenant, None, 201, concurrency_key="deb/ended",
+                   debounce={"delay_ms": 1, "max_wait_ms": 60_000}, payload={"n": 1})  # fmt: skip
+    first_id = first.json["data"]["task_id"]
+    time.sleep(0.05)
+    database.call("lease_sweep", 100)  # the due sweep lets it in: READY, not yet claimed
+    [row] = database.query(
+        "SELECT lane FROM tasks WHERE public_id = %s", (first_id,)
+    )  # fmt: skip
+    assert row["lane"] == "READY"
+    later_burst = {"delay_ms": 60_000, "max_wait_ms": 120_000}
+    second = submit(client, tenant, None, 201, concurrency_key="deb/ended",
+                    debounce=later_burst, payload={"n": 2})  # fmt: skip
+    assert _task(client, tenant, first_id)["state"] == "WAITING"
+    later = _task(client, tenant, second.json["data"]["task_id"])
+    assert later["waiting_until"] is not None and later["available_at"] > later["created_at"]
+    [granted] = Session(client, tenant).claim()
+    assert granted["task"]["task_id"] == first_id and granted["task"]["payload"] == {"n": 1}
+
+
+def test_p5_the_due_sweep_takes_the_key_row_before_the_task(client, tenant, database, orbit_dsn):
+    """A replacing submission holds the key row and then locks the key's DELAYED tasks; a due
+    sweep that locked such a task and then waited for the key row closed a cycle with it, which
+    SKIP LOCKED does not break on MariaDB. While the sweep waits for the key row, the task's row
+    is free to the key's holder."""
+    made = submit(client, tenant, None, 201, concurrency_key="deb/order",
+                  debounce={"delay_ms": 1, "max_wait_ms": 60_000})  # fmt: skip
+    task_id = made.json["data"]["task_id"]
+    time.sleep(0.05)
+    holder = db.connect(orbit_dsn, autocommit=False)
+    sweeper = db.connect(orbit_dsn, init_command="SET innodb_lock_wait_timeout = 10")
+    outcome: list = []
+    try:
+        with holder.cursor() as cur:
+            cur.execute("SET SESSION innodb_lock_wait_timeout = 2")
+            cur.execute(
+                "SELECT id FROM concurrency_resources WHERE namespace_id = %s "
+                "AND concurrency_key = 'deb/order' FOR UPDATE",
+                (tenant.namespace_id,),
+            )
+
+        def sweep() -> None:
+            try:
+                with sweeper.cursor() as cur:
+                    cur.execute(f"CALL {routine_name('lease_sweep')}(100)")
+                    outcome.append(cur.fetchall())
+            except pymysql.err.OperationalError as exc:
+                outcome.append(exc)
+
+        running = threading.Thread(target=sweep)
+        running.start()
+        time.sleep(0.5)  # the sweep is waiting for the key row
+        assert running.is_alive() and not outcome
+        with holder.cursor() as cur:
+            cur.execute("SELECT lane FROM tasks WHERE public_id = %s FOR UPDATE", (task_id,))
+            assert cur.fetchall() == [{"lane": "DELAYED"}]
+        holder.rollback()
+        running.join(30)
+        assert not isinstance(outcome[0], Exception), outcome
+    finally:
+        holder.rollback()
+        holder.close()
+        sweeper.close()
+    [row] = database.query("SELECT lane FROM tasks WHERE public_id = %s", (task_id,))
+    assert row["lane"] == "READY"
