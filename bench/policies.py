@@ -37,7 +37,7 @@ PRODUCERS = 8
 DEBOUNCE = {"delay_ms": 200, "max_wait_ms": 2000}
 RATED_KEYS = 100
 RATED_BACKLOG = 100
-SAMPLES = 500
+SAMPLES = 1500
 
 
 def _claim_one(bench: Bench, d: Database, conn, sid: str, queue: int, name: str) -> tuple:
