@@ -21,7 +21,6 @@ BEGIN
   DECLARE v_queue BIGINT UNSIGNED;
   DECLARE v_ns BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(20);
-  DECLARE v_entered TINYINT;
   DECLARE v_recovered INT DEFAULT 0;
   DECLARE v_promoted INT DEFAULT 0;
   DECLARE v_expired INT DEFAULT 0;
@@ -63,7 +62,7 @@ BEGIN
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
     CALL namespace_gate(v_ns, 0, v_app, v_limits);
-    CALL task_enter_due(v_next, UTC_TIMESTAMP(6), v_entered);
+    CALL task_enter_due(v_next, UTC_TIMESTAMP(6));
     COMMIT;
     SET v_promoted = v_promoted + 1, v_last = v_next;
   END LOOP;

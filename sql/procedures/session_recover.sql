@@ -19,7 +19,6 @@ BEGIN
   DECLARE v_recover TINYINT DEFAULT 0;
   DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
   DECLARE v_next BIGINT UNSIGNED;
-  DECLARE v_entered TINYINT;
   DECLARE v_done INT DEFAULT 0;
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_limits TINYINT UNSIGNED;
@@ -60,7 +59,7 @@ BEGIN
       SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
       START TRANSACTION;
       CALL namespace_gate(p_namespace_id, 0, v_app, v_limits);
-      CALL task_enter_due(v_next, v_now, v_entered);
+      CALL task_enter_due(v_next, v_now);
       COMMIT;
       SET v_done = v_done + 1;
     END LOOP;

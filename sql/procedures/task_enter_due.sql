@@ -1,7 +1,7 @@
 -- task_enter_due: let a DELAYED task whose time has come into its lane, for the due sweeps
 -- (session_recover's and lease_sweep's). Helper inside the caller's transaction (it holds a
--- gate of the namespace, at READ COMMITTED). Sets p_entered to 1 when the task entered, 0 when
--- it was no longer DELAYED and due (another sweep or a change got there first).
+-- gate of the namespace, at READ COMMITTED). A task no longer DELAYED and due (another sweep or
+-- a change got there first) is left as it is.
 -- Locks, in order: the key's concurrency_resources row (a keyed task), then the task row, then
 -- task_enter_lane's. The key row comes first, as in every change of a key's waiting tasks but a
 -- claim's grant ("Lock order" in sql/README.md): a replacing submission holds the key and locks
@@ -10,8 +10,7 @@
 -- deadlock like any other). Under the key row the task's lane is read first without a lock: a
 -- task made READY since then may be held by a claim that is waiting for this very key row, and
 -- only a DELAYED one is locked (no claim takes those).
-CREATE PROCEDURE task_enter_due(IN p_task_id BIGINT UNSIGNED, IN p_now DATETIME(6),
-                                OUT p_entered TINYINT)
+CREATE PROCEDURE task_enter_due(IN p_task_id BIGINT UNSIGNED, IN p_now DATETIME(6))
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_ns BIGINT UNSIGNED;
@@ -19,7 +18,6 @@ BEGIN
   DECLARE v_lane VARCHAR(10) DEFAULT NULL;
   DECLARE v_rows INT;
 
-  SET p_entered = 0;
   -- The key never changes: a plain read names the row to lock first.
   SELECT namespace_id, concurrency_key INTO v_ns, v_key FROM tasks WHERE id = p_task_id;
   IF v_key <> '' THEN
@@ -32,7 +30,6 @@ BEGIN
     SELECT lane INTO v_lane FROM tasks WHERE id = p_task_id AND available_at <= p_now FOR UPDATE;
     IF v_lane = 'DELAYED' THEN
       CALL task_enter_lane(p_task_id);
-      SET p_entered = 1;
     END IF;
   END IF;
 END
