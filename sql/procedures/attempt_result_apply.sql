@@ -21,9 +21,11 @@
 --
 -- Locks, in order: a gate of the namespace and, where the application has quotas, its row
 -- (namespace_gate), the items' attempts rows (item order), the queues rows of those that have
--- a limit (queues_lock: id order), the worker_sessions row, every key row the items hold
--- (keys_lock, key order), then the group's tasks rows, its promoted tasks, and per remaining
--- item those of attempt_result_one (rows it holds already, and its own task and queue).
+-- a limit (queues_lock: id order), the worker_sessions row, the group's tasks and permits
+-- rows, every key row the items hold (keys_lock, key order), the group's key_slots rows, its
+-- promoted tasks, and per remaining item those of attempt_result_one (rows it holds already,
+-- and its own task and queue). The group's tasks are RUNNING and its permits its own: no
+-- holder of a key row waits for either.
 -- Deadlocks and lock-wait timeouts are not item errors: they roll back the whole batch (outer
 -- handler) and the shell retries it.
 CREATE PROCEDURE attempt_result_apply(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
@@ -93,14 +95,10 @@ BEGIN
         STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id;
       CALL queues_lock(p_namespace_id, v_queue_ids, 12, v_locked_ids);
     END IF;
-    -- The session, then every key the items hold, in key order, before any of them is freed:
-    -- group and items alike then take no key row out of order.
+    -- The session; the keys come after the group's rows (below).
     SELECT id INTO v_ignored FROM worker_sessions WHERE id = v_session FOR UPDATE;
-    IF v_keys IS NOT NULL THEN
-      CALL keys_lock(p_namespace_id, v_keys, 0);
-    END IF;
     -- The clock is read after the locks: a call that waited must not stamp times earlier than
-    -- the change it waited for.
+    -- the change it waited for (the keys' stamps after theirs, below).
     SET v_now = UTC_TIMESTAMP(6);
     -- state: the attempt's new state; a retry whose attempts or deadline run out is FAILED
     -- below, once its backoff is drawn. started: the task's started attempts, this one too.
@@ -219,6 +217,31 @@ BEGIN
              unfinished_tasks = unfinished_tasks - IF(v_limits & 2, v_done, 0)
        WHERE id = v_app;
     END IF;
+    DELETE p FROM result_group_mem f STRAIGHT_JOIN permits p FORCE INDEX (PRIMARY) ON p.attempt_id = f.attempt_id;
+    INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
+                              from_state, to_state, actor, details, created_at)
+    SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0),
+           IF(state = 'RETRY', 'RETRY_SCHEDULED', state), 'RUNNING',
+           IF(state = 'RETRY', 'WAITING', state), CONCAT('session:', p_session_public_id),
+           CASE WHEN state = 'RETRY' THEN CONCAT('retry after ', ROUND(delay, 3), 's')
+                WHEN state = 'FAILED' AND retryable = 1 THEN 'attempts or deadline exhausted' END,
+           v_now
+      FROM result_group_mem ORDER BY seq;
+  END IF;
+  -- Every key the items hold, in key order, all at once, before any of them is freed (the
+  -- group's below, the other items' in the loop): taken after the group's own rows are
+  -- written, so a report holds its keys only for what it does to them, the claim that follows
+  -- and the commit. A key of limit N has holders in several sessions, whose reports all need
+  -- its row; taken at the start, the rows were held through the whole report and the workers'
+  -- reports waited for each other (bench/README.md, "Key limits and rates"). The group read
+  -- above needs no key row: a slot's holder changes only under its attempt's row, which this
+  -- call holds, and a rate a policy gives a key meanwhile is met by the grant (attempt_grant).
+  IF v_keys IS NOT NULL THEN
+    CALL keys_lock(p_namespace_id, v_keys, 0);
+    -- The keys' stamps are read after their locks: not earlier than a change waited for.
+    SET v_now = UTC_TIMESTAMP(6);
+  END IF;
+  IF v_fast > 0 THEN
     IF v_keyed > v_slotted THEN
       UPDATE result_group_mem f STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = f.resource_id
          SET r.holder_attempt_id = NULL, r.version = r.version + 1, r.updated_at = v_now
@@ -238,16 +261,6 @@ BEGIN
         STRAIGHT_JOIN concurrency_resources r FORCE INDEX (PRIMARY) ON r.id = x.resource_id
          SET r.slot_holders = r.slot_holders - x.n, r.version = r.version + 1, r.updated_at = v_now;
     END IF;
-    DELETE p FROM result_group_mem f STRAIGHT_JOIN permits p FORCE INDEX (PRIMARY) ON p.attempt_id = f.attempt_id;
-    INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
-                              from_state, to_state, actor, details, created_at)
-    SELECT task_id, p_namespace_id, attempt_id, NULLIF(token, 0),
-           IF(state = 'RETRY', 'RETRY_SCHEDULED', state), 'RUNNING',
-           IF(state = 'RETRY', 'WAITING', state), CONCAT('session:', p_session_public_id),
-           CASE WHEN state = 'RETRY' THEN CONCAT('retry after ', ROUND(delay, 3), 's')
-                WHEN state = 'FAILED' AND retryable = 1 THEN 'attempts or deadline exhausted' END,
-           v_now
-      FROM result_group_mem ORDER BY seq;
     IF v_keyed > 0 THEN
       -- Each freed key passes to its next parked task: key_promote_next for the group. The
       -- dependent subquery reads each key's parked rows in ix_tasks_key_lane order and stops at

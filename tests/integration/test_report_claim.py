@@ -7,6 +7,8 @@ Real MariaDB through the Falcon app."""
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 
 import pytest
 
@@ -267,3 +269,64 @@ def test_a_claim_whose_start_is_not_a_boolean_is_refused_and_grants_nothing(
     assert "start" in answer.json["error"]["message"]
     assert task_state(client, tenant, task)["state"] == "WAITING"
     assert session_row(database, session.id)["in_flight"] == 0
+
+
+def test_p2_a_report_writes_its_own_rows_before_it_waits_for_its_keys(
+    client, database, tenant, orbit_dsn
+):
+    """A key of limit N has holders in several sessions, and each one's report needs the key
+    row: a report takes its key rows last, after its attempts, tasks, permits and history are
+    written, so it holds them only for the key's own changes, its claim and its commit. Shown
+    by a report that waits for a key row another transaction holds: it has written rows by
+    then (it wrote none when it took its keys first)."""
+    key = f"pool-{secrets.token_hex(4)}"
+    submit(client, tenant, concurrency_key=key)
+    session = Session(client, tenant, capacity=1)
+    [attempt] = running(session, 1)
+    holder = db.connect(orbit_dsn, autocommit=False)
+    out = {}
+    try:
+        with holder.cursor() as cur:
+            cur.execute(
+                "SELECT id FROM concurrency_resources WHERE namespace_id = %s "
+                "AND concurrency_key = %s FOR UPDATE",
+                (tenant.namespace_id, key),
+            )
+            cur.execute("SELECT CONNECTION_ID() AS id")
+            holder_thread = cur.fetchone()["id"]
+
+        def report():
+            out["answer"] = report_claim(client, tenant, session.id, [done(attempt)], 1)
+
+        thread = threading.Thread(target=report)
+        thread.start()
+        waits = []
+        for _ in range(60):  # innodb_trx is refreshed when last read over 0.1 s before
+            time.sleep(0.15)
+            waits = database.query(
+                "SELECT r.trx_rows_modified AS modified, l.lock_table AS tbl "
+                "FROM information_schema.innodb_lock_waits w "
+                "JOIN information_schema.innodb_trx r ON r.trx_id = w.requesting_trx_id "
+                "JOIN information_schema.innodb_trx b ON b.trx_id = w.blocking_trx_id "
+                "JOIN information_schema.innodb_locks l ON l.lock_id = w.requested_lock_id "
+                "WHERE b.trx_mysql_thread_id = %s",
+                (holder_thread,),
+            )
+            if waits:
+                break
+        assert waits, "the report never waited for the held key row"
+        assert "concurrency_resources" in waits[0]["tbl"]
+        assert waits[0]["modified"] > 0, "the report took its key row before writing its own"
+    finally:
+        holder.rollback()
+        holder.close()
+    thread.join(30)
+    assert not thread.is_alive()
+    [result] = out["answer"]["data"]["results"]
+    assert result["status"] == 200
+    [row] = database.query(
+        "SELECT holder_attempt_id FROM concurrency_resources WHERE namespace_id = %s "
+        "AND concurrency_key = %s",
+        (tenant.namespace_id, key),
+    )
+    assert row["holder_attempt_id"] is None
