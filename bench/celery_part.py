@@ -6,16 +6,24 @@ concurrency 10 and 100, and prefork with a child per core, each tried on one tas
 and the best used for the other shapes) and eight producer threads. The shapes: one task per
 call (``POST /v1/tasks`` / ``.delay()``), the same paced at 450 tasks/s for submit-to-start,
 batches of 100 (``POST /v1/tasks/batch`` / a ``group`` of 100), 1,000 keys and 10 hot keys
-(Celery: a Redis lock per key, retried when held, with an overlap check).
+(Celery: a Redis lock per key, retried when held, with an overlap check). One task per call
+and its paced submit-to-start are measured on Orbit's side over HTTP and again with no HTTP at
+all (``DirectProducer`` and the SDK workers' MySQL transport), which is how Celery's clients
+talk to Redis; one task per call also with the direct producer alone.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 
+import http_floor
 import peer_celery
 from e2e import e2e
 from engine_parts import Bench
+from measures import run_threads
+
+from orbit_shell.sdk.client import Client
 
 PACED = 450.0
 # name: (tasks, keys, tasks per request or group, rate)
@@ -29,7 +37,12 @@ SHAPES = {
 POOLS = [("threads", 10), ("threads", 100), ("prefork", 0)]
 
 
-def _orbit(bench: Bench, url: str, shape: str, capacity: int, direct: bool = False) -> dict:
+def _orbit(
+    bench: Bench, url: str, shape: str, capacity: int, direct: bool = False, workers: bool = False
+) -> dict:
+    """Orbit's side of ``shape``: over HTTP; with ``direct`` the producers submit over MySQL
+    (``DirectProducer``), and with ``workers`` too the SDK workers (W9): no HTTP at all, as
+    Celery's clients talk to Redis."""
     tasks, keys, batch, rate = SHAPES[shape]
     run = e2e(
         bench,
@@ -43,6 +56,7 @@ def _orbit(bench: Bench, url: str, shape: str, capacity: int, direct: bool = Fal
         batch=batch,
         rate=rate,
         direct_producer=direct,
+        direct=workers,
     )
     cores = os.cpu_count() or 1
     run["cpu_ms_per_task"] = run["cpu_busy_pct"] / 100 * cores * 1000 / run["tasks_per_s"]
@@ -54,6 +68,21 @@ def _celery(broker: peer_celery.Redis, shape: str, pool: str, concurrency: int) 
     return peer_celery.run(
         broker, tasks, keys, group=group, rate=rate, pool=pool, concurrency=concurrency or 10
     )
+
+
+def _floor(bench: Bench, url: str) -> dict:
+    """The HTTP floor (``bench/http_floor.py``): one task per call from the same 8 producers to
+    gunicorn and Falcon in front of a two-row transaction, no worker. What any submission of
+    that shape costs the machine, before it is checked, kept or run."""
+    client = Client(url, bench.token)
+    queue = client.create_queue(f"celery-floor-{secrets.token_hex(3)}").queue_id
+    client.close()
+    tasks = SHAPES["one_per_call"][0]
+    run = http_floor.floor_submissions(
+        bench.dsn, bench.db, bench.token, queue, tasks, 8, run_threads
+    )
+    run["tasks_per_s"] = run["per_s"]
+    return run
 
 
 def run_celery(bench: Bench, url: str, capacity: int) -> dict:
@@ -82,6 +111,8 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
             mine["one_per_call"] = sorted(rounds, key=lambda x: x["tasks_per_s"])[1]
             # The same over the direct producer (MySQL, no HTTP), beside the HTTP rounds.
             mine["one_per_call_direct"] = _orbit(bench, url, "one_per_call", capacity, True)
+            mine["one_per_call_mysql"] = _orbit(bench, url, "one_per_call", capacity, True, True)
+            mine["http_floor"] = _floor(bench, url)
             best_name, theirs["one_per_call"] = max(
                 pools.items(), key=lambda kv: kv[1]["tasks_per_s"]
             )
@@ -91,6 +122,8 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
                     continue
                 mine[shape] = _orbit(bench, url, shape, capacity)
                 theirs[shape] = _celery(broker, shape, *best)
+                if shape == "paced":
+                    mine["paced_mysql"] = _orbit(bench, url, shape, capacity, True, True)
         finally:
             broker.stop()
         out[setting] = {
@@ -103,9 +136,19 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
             / theirs["one_per_call"]["tasks_per_s"],
             "direct_cpu_per_task_ratio": mine["one_per_call_direct"]["cpu_ms_per_task"]
             / theirs["one_per_call"]["cpu_ms_per_task"],
+            "floor_cpu_per_task_ratio": mine["http_floor"]["cpu_ms_per_task"]
+            / theirs["one_per_call"]["cpu_ms_per_task"],
+            "floor_ratio": mine["http_floor"]["tasks_per_s"]
+            / theirs["one_per_call"]["tasks_per_s"],
+            "mysql_ratio": mine["one_per_call_mysql"]["tasks_per_s"]
+            / theirs["one_per_call"]["tasks_per_s"],
+            "mysql_cpu_per_task_ratio": mine["one_per_call_mysql"]["cpu_ms_per_task"]
+            / theirs["one_per_call"]["cpu_ms_per_task"],
             "cpu_per_task_ratio": mine["one_per_call"]["cpu_ms_per_task"]
             / theirs["one_per_call"]["cpu_ms_per_task"],
             "paced_p50_ratio": mine["paced"]["submit_to_start_p50_ms"]
+            / theirs["paced"]["submit_to_start_p50_ms"],
+            "paced_mysql_p50_ratio": mine["paced_mysql"]["submit_to_start_p50_ms"]
             / theirs["paced"]["submit_to_start_p50_ms"],
         }
         _print(setting, out[setting])
@@ -132,10 +175,20 @@ def _print(setting: str, r: dict) -> None:
         f"{o['one_per_call_direct']['tasks_per_s']:,.0f} tasks/s = {r['direct_ratio']:.2f}x, "
         f"CPU {o['one_per_call_direct']['cpu_ms_per_task']:.2f} ms = "
         f"{r['direct_cpu_per_task_ratio']:.2f}x",
+        f"celery ({setting} Redis): the HTTP floor's submissions alone (no checks, no "
+        f"worker): {o['http_floor']['tasks_per_s']:,.0f}/s = {r['floor_ratio']:.2f}x, CPU "
+        f"{o['http_floor']['cpu_ms_per_task']:.2f} ms = {r['floor_cpu_per_task_ratio']:.2f}x "
+        "Celery's whole task",
+        f"celery ({setting} Redis): the same with no HTTP (direct producer and workers): "
+        f"{o['one_per_call_mysql']['tasks_per_s']:,.0f} tasks/s = {r['mysql_ratio']:.2f}x, "
+        f"CPU {o['one_per_call_mysql']['cpu_ms_per_task']:.2f} ms = "
+        f"{r['mysql_cpu_per_task_ratio']:.2f}x",
         f"celery ({setting} Redis): submit-to-start p50 at {PACED:.0f} tasks/s: Orbit "
         f"{o['paced']['submit_to_start_p50_ms']:.1f} / Celery "
         f"{c['paced']['submit_to_start_p50_ms']:.1f} ms = {r['paced_p50_ratio']:.2f}x "
         "(target <= 2)",
+        f"celery ({setting} Redis): the same with no HTTP: Orbit "
+        f"{o['paced_mysql']['submit_to_start_p50_ms']:.1f} ms = {r['paced_mysql_p50_ratio']:.2f}x",
     ]
     for shape in ("batches", "keys1000", "hot10"):
         extra = ""

@@ -125,5 +125,22 @@ def submit_only(
     }
 
 
+def floor_submissions(
+    dsn: str, database, token: str, queue_id: str, tasks: int, producers: int, run_threads
+) -> dict[str, float]:
+    """``submit_only`` against a floor server started for the call on the server of ``dsn``,
+    its scratch database (``floor.install``) dropped afterwards."""
+    import floor
+
+    scratch = floor.install(dsn)
+    proc, url = start(dsn, scratch, workers=4)
+    try:
+        return submit_only(url, token, queue_id, tasks, producers, run_threads)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        database.query(f"DROP DATABASE `{scratch}`")
+
+
 if __name__ == "__main__":
     FloorServer(Config.from_env()).run()

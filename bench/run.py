@@ -342,14 +342,9 @@ def submit_floor(bench: Bench, dsn: str, url: str, tasks: int, producers: int) -
     queue = client.create_queue(f"only-{secrets.token_hex(3)}").queue_id
     client.close()
     orbit = http_floor.submit_only(url, bench.token, queue, tasks, producers, run_threads)
-    scratch = floor.install(dsn)
-    proc, floor_url = http_floor.start(dsn, scratch, workers=4)
-    try:
-        low = http_floor.submit_only(floor_url, bench.token, queue, tasks, producers, run_threads)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        bench.db.query(f"DROP DATABASE `{scratch}`")
+    low = http_floor.floor_submissions(
+        dsn, bench.db, bench.token, queue, tasks, producers, run_threads
+    )
     return {"orbit": orbit, "floor": low, "orbit_vs_floor": orbit["per_s"] / low["per_s"]}
 
 
