@@ -29,8 +29,12 @@ def orbit_process(orbit_dsn, tmp_path_factory):
     """`orbit` on a free port against the session database; yields the Popen (with .url).
     Stopped when the acceptance tests end: its sweeper would otherwise go on recovering
     leases and due retries in the database the integration tests share, between a test's
-    clock move and the probe or claim it means to observe."""
-    proc = launch_orbit(orbit_dsn, tmp_path_factory.mktemp("orbit") / "server.log")
+    clock move and the probe or claim it means to observe. Its leader runs no cleanup pass:
+    one every minute over every namespace would, now and then, clean a tenant a test has just
+    made before the test reads it as never cleaned (the tests that clean call the routine)."""
+    proc = launch_orbit(
+        orbit_dsn, tmp_path_factory.mktemp("orbit") / "server.log", ORBIT_CLEANUP_INTERVAL="0"
+    )
     yield proc
     stop_orbit(proc)
 
