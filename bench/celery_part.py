@@ -14,6 +14,7 @@ talk to Redis; one task per call also with the direct producer alone.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 
@@ -22,8 +23,6 @@ import peer_celery
 from e2e import e2e
 from engine_parts import Bench
 from measures import run_threads
-
-from orbit_shell.sdk.client import Client
 
 PACED = 450.0
 # name: (tasks, keys, tasks per request or group, rate)
@@ -70,19 +69,20 @@ def _celery(broker: peer_celery.Redis, shape: str, pool: str, concurrency: int) 
     )
 
 
-def _floor(bench: Bench, url: str) -> dict:
+def _floor(bench: Bench) -> dict:
     """The HTTP floor (``bench/http_floor.py``): one task per call from the same 8 producers to
     gunicorn and Falcon in front of a two-row transaction, no worker. What any submission of
-    that shape costs the machine, before it is checked, kept or run."""
-    client = Client(url, bench.token)
-    queue = client.create_queue(f"celery-floor-{secrets.token_hex(3)}").queue_id
-    client.close()
+    that shape costs the machine, before it is checked, kept or run. The floor reads no queue:
+    the requests name one that has the form of a queue id."""
     tasks = SHAPES["one_per_call"][0]
-    run = http_floor.floor_submissions(
-        bench.dsn, bench.db, bench.token, queue, tasks, 8, run_threads
+    return http_floor.floor_submissions(
+        bench.dsn, bench.db, bench.token, secrets.token_hex(16), tasks, 8, run_threads
     )
-    run["tasks_per_s"] = run["per_s"]
-    return run
+
+
+def _ratio(mine: dict, theirs: dict, ours: str, peer: str, figure: str) -> float:
+    """Orbit's ``figure`` of shape ``ours`` over Celery's of shape ``peer``."""
+    return mine[ours][figure] / theirs[peer][figure]
 
 
 def run_celery(bench: Bench, url: str, capacity: int) -> dict:
@@ -112,7 +112,7 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
             # The same over the direct producer (MySQL, no HTTP), beside the HTTP rounds.
             mine["one_per_call_direct"] = _orbit(bench, url, "one_per_call", capacity, True)
             mine["one_per_call_mysql"] = _orbit(bench, url, "one_per_call", capacity, True, True)
-            mine["http_floor"] = _floor(bench, url)
+            mine["http_floor"] = _floor(bench)
             best_name, theirs["one_per_call"] = max(
                 pools.items(), key=lambda kv: kv[1]["tasks_per_s"]
             )
@@ -126,30 +126,28 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
                     mine["paced_mysql"] = _orbit(bench, url, shape, capacity, True, True)
         finally:
             broker.stop()
+
+        ratio = functools.partial(_ratio, mine, theirs)
         out[setting] = {
             "celery_pool": best_name,
             "celery_pools_one_per_call": pools,
             "orbit": mine,
             "celery": theirs,
-            "ratio": {s: mine[s]["tasks_per_s"] / theirs[s]["tasks_per_s"] for s in SHAPES},
-            "direct_ratio": mine["one_per_call_direct"]["tasks_per_s"]
-            / theirs["one_per_call"]["tasks_per_s"],
-            "direct_cpu_per_task_ratio": mine["one_per_call_direct"]["cpu_ms_per_task"]
-            / theirs["one_per_call"]["cpu_ms_per_task"],
-            "floor_cpu_per_task_ratio": mine["http_floor"]["cpu_ms_per_task"]
-            / theirs["one_per_call"]["cpu_ms_per_task"],
-            "floor_ratio": mine["http_floor"]["tasks_per_s"]
-            / theirs["one_per_call"]["tasks_per_s"],
-            "mysql_ratio": mine["one_per_call_mysql"]["tasks_per_s"]
-            / theirs["one_per_call"]["tasks_per_s"],
-            "mysql_cpu_per_task_ratio": mine["one_per_call_mysql"]["cpu_ms_per_task"]
-            / theirs["one_per_call"]["cpu_ms_per_task"],
-            "cpu_per_task_ratio": mine["one_per_call"]["cpu_ms_per_task"]
-            / theirs["one_per_call"]["cpu_ms_per_task"],
-            "paced_p50_ratio": mine["paced"]["submit_to_start_p50_ms"]
-            / theirs["paced"]["submit_to_start_p50_ms"],
-            "paced_mysql_p50_ratio": mine["paced_mysql"]["submit_to_start_p50_ms"]
-            / theirs["paced"]["submit_to_start_p50_ms"],
+            "ratio": {s: ratio(s, s, "tasks_per_s") for s in SHAPES},
+            "direct_ratio": ratio("one_per_call_direct", "one_per_call", "tasks_per_s"),
+            "direct_cpu_per_task_ratio": ratio(
+                "one_per_call_direct", "one_per_call", "cpu_ms_per_task"
+            ),
+            "floor_cpu_per_task_ratio": ratio("http_floor", "one_per_call", "cpu_ms_per_task"),
+            # The floor's submit_only says per_s: it runs no worker, so no task finishes.
+            "floor_ratio": mine["http_floor"]["per_s"] / theirs["one_per_call"]["tasks_per_s"],
+            "mysql_ratio": ratio("one_per_call_mysql", "one_per_call", "tasks_per_s"),
+            "mysql_cpu_per_task_ratio": ratio(
+                "one_per_call_mysql", "one_per_call", "cpu_ms_per_task"
+            ),
+            "cpu_per_task_ratio": ratio("one_per_call", "one_per_call", "cpu_ms_per_task"),
+            "paced_p50_ratio": ratio("paced", "paced", "submit_to_start_p50_ms"),
+            "paced_mysql_p50_ratio": ratio("paced_mysql", "paced", "submit_to_start_p50_ms"),
         }
         _print(setting, out[setting])
     return out
@@ -176,7 +174,7 @@ def _print(setting: str, r: dict) -> None:
         f"CPU {o['one_per_call_direct']['cpu_ms_per_task']:.2f} ms = "
         f"{r['direct_cpu_per_task_ratio']:.2f}x",
         f"celery ({setting} Redis): the HTTP floor's submissions alone (no checks, no "
-        f"worker): {o['http_floor']['tasks_per_s']:,.0f}/s = {r['floor_ratio']:.2f}x, CPU "
+        f"worker): {o['http_floor']['per_s']:,.0f}/s = {r['floor_ratio']:.2f}x, CPU "
         f"{o['http_floor']['cpu_ms_per_task']:.2f} ms = {r['floor_cpu_per_task_ratio']:.2f}x "
         "Celery's whole task",
         f"celery ({setting} Redis): the same with no HTTP (direct producer and workers): "

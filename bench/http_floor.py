@@ -15,11 +15,13 @@ of this shape submits one request at a time on this machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,21 +127,28 @@ def submit_only(
     }
 
 
-def floor_submissions(
-    dsn: str, database, token: str, queue_id: str, tasks: int, producers: int, run_threads
-) -> dict[str, float]:
-    """``submit_only`` against a floor server started for the call on the server of ``dsn``,
-    its scratch database (``floor.install``) dropped afterwards."""
+@contextlib.contextmanager
+def serving(dsn: str, database, workers: int = 4) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A floor server for the block, on the server of ``dsn``: ``(its Popen, its URL)``; it is
+    stopped and its scratch database (``floor.install``) dropped afterwards."""
     import floor
 
     scratch = floor.install(dsn)
-    proc, url = start(dsn, scratch, workers=4)
+    proc, url = start(dsn, scratch, workers)
     try:
-        return submit_only(url, token, queue_id, tasks, producers, run_threads)
+        yield proc, url
     finally:
         proc.terminate()
         proc.wait(30)
         database.query(f"DROP DATABASE `{scratch}`")
+
+
+def floor_submissions(
+    dsn: str, database, token: str, queue_id: str, tasks: int, producers: int, run_threads
+) -> dict[str, float]:
+    """``submit_only`` against a floor server started for the call (``serving``)."""
+    with serving(dsn, database) as (_, url):
+        return submit_only(url, token, queue_id, tasks, producers, run_threads)
 
 
 if __name__ == "__main__":

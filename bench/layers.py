@@ -30,7 +30,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import floor
 import http_floor
 from e2e import noop_worker
 from engine_parts import Bench
@@ -242,14 +241,8 @@ def run_layers(bench: Bench, url: str, server: int) -> dict:
         "procedure": procedure_counters(bench),
         "submissions": submissions(bench, url, queues[1], server, sampled=False),
     }
-    scratch = floor.install(bench.dsn)
-    proc, floor_url = http_floor.start(bench.dsn, scratch, workers=4)
-    try:
+    with http_floor.serving(bench.dsn, bench.db) as (proc, floor_url):
         results["floor"] = submissions(bench, floor_url, queues[1], proc.pid, sampled=False)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        bench.db.query(f"DROP DATABASE `{scratch}`")
     results["round"] = drain(bench, url, queues[1], server, sampled=False)
     results["submissions_sampled"] = submissions(bench, url, queues[2], server, sampled=True)
     results["round_sampled"] = drain(bench, url, queues[2], server, sampled=True)
