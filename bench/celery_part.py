@@ -9,7 +9,12 @@ batches of 100 (``POST /v1/tasks/batch`` / a ``group`` of 100), 1,000 keys and 1
 (Celery: a Redis lock per key, retried when held, with an overlap check). One task per call
 and its paced submit-to-start are measured on Orbit's side over HTTP and again with no HTTP at
 all (``DirectProducer`` and the SDK workers' MySQL transport), which is how Celery's clients
-talk to Redis; one task per call also with the direct producer alone.
+talk to Redis; one task per call also with the direct producer alone. Two figures say what
+any HTTP design of this shape can reach: the direct producer's submissions alone, with no worker,
+taken from the no-HTTP run leave what Orbit's worker side costs a task, and the HTTP floor's
+submission plus that is the least an HTTP submission and Orbit's worker cost together. And
+submit-to-start is measured again at 200 tasks/s, a rate both sides keep up with, where the
+one at 450/s may find Orbit's HTTP path at its ceiling.
 """
 
 from __future__ import annotations
@@ -24,11 +29,16 @@ from e2e import e2e
 from engine_parts import Bench
 from measures import run_threads
 
+from orbit_shell.sdk.client import Client
+from orbit_shell.sdk.producer import DirectProducer
+
 PACED = 450.0
+PACED_LOW = 200.0
 # name: (tasks, keys, tasks per request or group, rate)
 SHAPES = {
     "one_per_call": (5_000, 0, 1, 0.0),
     "paced": (4_500, 0, 1, PACED),
+    "paced_low": (2_000, 0, 1, PACED_LOW),
     "batches": (10_000, 0, 100, 0.0),
     "keys1000": (10_000, 1_000, 100, 0.0),
     "hot10": (2_500, 10, 100, 0.0),
@@ -80,6 +90,25 @@ def _floor(bench: Bench) -> dict:
     )
 
 
+def _direct_submissions(bench: Bench, url: str) -> dict:
+    """The direct producer's single submissions from the same 8 producers, no worker: what the
+    no-HTTP run's submissions cost, so the rest of that run's CPU is the worker side's. Into a
+    queue of its own, which nothing claims."""
+    client = Client(url, bench.token)
+    queue = client.create_queue(f"celery-direct-only-{secrets.token_hex(3)}").queue_id
+    client.close()
+    dsn = bench.producer_dsn
+    return http_floor.submit_only(
+        url,
+        bench.token,
+        queue,
+        SHAPES["one_per_call"][0],
+        8,
+        run_threads,
+        connect=lambda: DirectProducer(dsn, bench.application, "bench", "ns"),
+    )
+
+
 def _ratio(mine: dict, theirs: dict, ours: str, peer: str, figure: str) -> float:
     """Orbit's ``figure`` of shape ``ours`` over Celery's of shape ``peer``."""
     return mine[ours][figure] / theirs[peer][figure]
@@ -113,6 +142,7 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
             mine["one_per_call_direct"] = _orbit(bench, url, "one_per_call", capacity, True)
             mine["one_per_call_mysql"] = _orbit(bench, url, "one_per_call", capacity, True, True)
             mine["http_floor"] = _floor(bench)
+            mine["direct_submissions"] = _direct_submissions(bench, url)
             best_name, theirs["one_per_call"] = max(
                 pools.items(), key=lambda kv: kv[1]["tasks_per_s"]
             )
@@ -127,6 +157,12 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
         finally:
             broker.stop()
 
+        # The no-HTTP run less its submissions: Orbit's claim, start, run and report of a task.
+        worker_ms = (
+            mine["one_per_call_mysql"]["cpu_ms_per_task"]
+            - mine["direct_submissions"]["cpu_ms_per_task"]
+        )
+        celery_ms = theirs["one_per_call"]["cpu_ms_per_task"]
         ratio = functools.partial(_ratio, mine, theirs)
         out[setting] = {
             "celery_pool": best_name,
@@ -148,6 +184,11 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
             "cpu_per_task_ratio": ratio("one_per_call", "one_per_call", "cpu_ms_per_task"),
             "paced_p50_ratio": ratio("paced", "paced", "submit_to_start_p50_ms"),
             "paced_mysql_p50_ratio": ratio("paced_mysql", "paced", "submit_to_start_p50_ms"),
+            "paced_low_p50_ratio": ratio("paced_low", "paced_low", "submit_to_start_p50_ms"),
+            "worker_side_cpu_ms": worker_ms,
+            "worker_side_cpu_ratio": worker_ms / celery_ms,
+            # The least an HTTP submission of this shape and Orbit's worker cost together.
+            "http_least_cpu_ratio": (mine["http_floor"]["cpu_ms_per_task"] + worker_ms) / celery_ms,
         }
         _print(setting, out[setting])
     return out
@@ -181,12 +222,24 @@ def _print(setting: str, r: dict) -> None:
         f"{o['one_per_call_mysql']['tasks_per_s']:,.0f} tasks/s = {r['mysql_ratio']:.2f}x, "
         f"CPU {o['one_per_call_mysql']['cpu_ms_per_task']:.2f} ms = "
         f"{r['mysql_cpu_per_task_ratio']:.2f}x",
+        f"celery ({setting} Redis): Orbit's direct submissions alone (no worker): "
+        f"{o['direct_submissions']['per_s']:,.0f}/s, CPU "
+        f"{o['direct_submissions']['cpu_ms_per_task']:.2f} ms; so in the no-HTTP run its worker "
+        f"side cost {r['worker_side_cpu_ms']:.2f} ms = {r['worker_side_cpu_ratio']:.2f}x "
+        "Celery's whole task, and with the HTTP floor's submission "
+        f"{r['http_least_cpu_ratio']:.2f}x: the least one task per call over HTTP costs with "
+        "Orbit's worker",
         f"celery ({setting} Redis): submit-to-start p50 at {PACED:.0f} tasks/s: Orbit "
         f"{o['paced']['submit_to_start_p50_ms']:.1f} / Celery "
         f"{c['paced']['submit_to_start_p50_ms']:.1f} ms = {r['paced_p50_ratio']:.2f}x "
         "(target <= 2)",
         f"celery ({setting} Redis): the same with no HTTP: Orbit "
         f"{o['paced_mysql']['submit_to_start_p50_ms']:.1f} ms = {r['paced_mysql_p50_ratio']:.2f}x",
+        f"celery ({setting} Redis): submit-to-start p50 at {PACED_LOW:.0f} tasks/s, which both "
+        f"keep up with: Orbit {o['paced_low']['submit_to_start_p50_ms']:.1f} ms, the machine "
+        f"{o['paced_low']['cpu_busy_pct']:.0f}% busy / Celery "
+        f"{c['paced_low']['submit_to_start_p50_ms']:.1f} ms, "
+        f"{c['paced_low']['cpu_busy_pct']:.0f}% busy = {r['paced_low_p50_ratio']:.2f}x",
     ]
     for shape in ("batches", "keys1000", "hot10"):
         extra = ""

@@ -95,14 +95,15 @@ def start(dsn: str, floor_database: str, workers: int) -> tuple[subprocess.Popen
 
 
 def submit_only(
-    url: str, token: str, queue_id: str, tasks: int, producers: int, run_threads
+    url: str, token: str, queue_id: str, tasks: int, producers: int, run_threads, connect=None
 ) -> dict[str, float]:
     """``tasks`` single submissions from ``producers`` threads, no worker running: tasks/s, and
     the machine's CPU per task (every process: server, database and producers), and the
-    database's."""
+    database's. ``connect()`` gives each thread its client instead of the HTTP one (the
+    direct producer: ``url`` and ``token`` are then unused)."""
 
     def produce(i: int) -> None:
-        c = Client(url, token)
+        c = connect() if connect else Client(url, token)
         for n in range(i, tasks, producers):
             request = SubmitTaskRequest(
                 queue_id=queue_id,

@@ -21,6 +21,7 @@ On the bench's `orbit` server, in one run:
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import signal
@@ -147,34 +148,59 @@ def latency(bench: Bench, url: str, queue: str) -> dict[str, float]:
     return out
 
 
-def procedure_counters(bench: Bench) -> dict[str, int]:
-    """Handler reads and writes of one ``task_submit`` call (after a warm-up call)."""
+def procedure_counters(bench: Bench, queue: str) -> dict[str, int]:
+    """Handler reads and writes of one ``task_submit`` call (after a warm-up call), and the
+    statements mariadbd executed (its ``Queries`` counter, every statement and expression a
+    routine runs) for a submission, a claim of one task and a report of one result: inside a
+    routine each costs about the same whatever it does, so their number is what a call's
+    fixed cost is made of."""
     tag = secrets.token_hex(3)
+    [row] = bench.db.query("SELECT id FROM queues WHERE public_id = %s", (queue,))
+    session = bench.hello(bench.db, f"layers-{tag}", capacity=10, queue_public=queue)
     with bench.db.connection() as conn:
 
-        def writes() -> int:
+        def status(names: str) -> int:
             with conn.cursor() as cur:
-                cur.execute(
-                    "SHOW SESSION STATUS WHERE Variable_name IN "
-                    "('Handler_write', 'Handler_update', 'Handler_delete')"
-                )
+                cur.execute(f"SHOW SESSION STATUS WHERE Variable_name IN ({names})")
                 return sum(int(r["Value"]) for r in cur.fetchall())
 
-        def call(key: str) -> None:
-            args = bench.submit_args(key)
+        def writes() -> int:
+            return status("'Handler_write', 'Handler_update', 'Handler_delete'")
+
+        def call(routine: str, *args) -> list[dict]:
             with conn.cursor() as cur:
                 marks = ", ".join(["%s"] * len(args))
-                cur.execute(f"CALL {bench.db.routine('task_submit')}({marks})", args)
+                cur.execute(f"CALL {bench.db.routine(routine)}({marks})", args)
+                rows = list(cur.fetchall())
                 while cur.nextset():
                     pass
+            return rows
 
-        call(f"warm-{tag}")
+        def statements(routine: str, *args) -> tuple[int, list[dict]]:
+            before = status("'Queries'")
+            rows = call(routine, *args)
+            # The SHOW that reads the counter is one statement of its own.
+            return status("'Queries'") - before - 1, rows
+
+        call("task_submit", *bench.submit_args(f"warm-{tag}", queue=row["id"]))
         r0, w0 = handler_reads(conn), writes()
-        call(f"count-{tag}")
+        call("task_submit", *bench.submit_args(f"count-{tag}", queue=row["id"]))
         # The counters' own SHOW statements read a few rows; measured apart and taken off.
         r1, w1 = handler_reads(conn), writes()
         r2 = handler_reads(conn)
-    return {"rows_read": (r1 - r0) - (r2 - r1), "rows_written": w1 - w0}
+        counts = {"rows_read": (r1 - r0) - (r2 - r1), "rows_written": w1 - w0}
+        counts["submit_statements"], _ = statements(
+            "task_submit", *bench.submit_args(f"statements-{tag}", queue=row["id"])
+        )
+        # The queue's tasks are those three; the claim of one takes the first.
+        counts["claim_statements"], [granted] = statements("worker_claim", bench.ns, session, 1, 1)
+        result = [{"attempt_id": granted["attempt_id"], "outcome": "succeeded",
+                   "retryable": 0, "result": None, "error": None}]  # fmt: skip
+        counts["result_statements"], _ = statements(
+            "attempt_result_many", bench.ns, session, json.dumps(result)
+        )
+        call("worker_goodbye", bench.ns, session)
+    return counts
 
 
 def submissions(bench: Bench, url: str, queue: str, server: int, sampled: bool) -> dict:
@@ -234,11 +260,11 @@ def drain(bench: Bench, url: str, queue: str, server: int, sampled: bool) -> dic
 
 def run_layers(bench: Bench, url: str, server: int) -> dict:
     c = Client(url, bench.token)
-    queues = [c.create_queue(f"layers-{secrets.token_hex(3)}").queue_id for _ in range(3)]
+    queues = [c.create_queue(f"layers-{secrets.token_hex(3)}").queue_id for _ in range(4)]
     c.close()
     results = {
         "latency": latency(bench, url, queues[0]),
-        "procedure": procedure_counters(bench),
+        "procedure": procedure_counters(bench, queues[3]),
         "submissions": submissions(bench, url, queues[1], server, sampled=False),
     }
     with http_floor.serving(bench.dsn, bench.db) as (proc, floor_url):
@@ -263,6 +289,12 @@ def report(r: dict) -> None:
         f"producers {sub['producers_cpu_ms']:.2f}, gunicorn {sub['gunicorn_cpu_ms']:.2f}, "
         f"mariadbd {sub['mariadbd_cpu_ms']:.2f}; one task_submit reads "
         f"{r['procedure']['rows_read']} rows and writes {r['procedure']['rows_written']}",
+        flush=True,
+    )
+    print(
+        f"layers: statements mariadbd runs for a submission {r['procedure']['submit_statements']}"
+        f", a claim of one task {r['procedure']['claim_statements']}, a report of one result "
+        f"{r['procedure']['result_statements']}",
         flush=True,
     )
     low = r["floor"]
