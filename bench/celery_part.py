@@ -246,8 +246,8 @@ def _print(setting: str, r: dict) -> None:
         "(target <= 2)",
         f"celery ({setting} Redis): the same with no HTTP: Orbit "
         f"{o['paced_mysql']['submit_to_start_p50_ms']:.1f} ms = {r['paced_mysql_p50_ratio']:.2f}x",
-        f"celery ({setting} Redis): submit-to-start p50 at {PACED_LOW:.0f} tasks/s, which both "
-        f"keep up with: Orbit {o['paced_low']['submit_to_start_p50_ms']:.1f} ms, the machine "
+        f"celery ({setting} Redis): submit-to-start p50 at {PACED_LOW:.0f} tasks/s: "
+        f"Orbit {o['paced_low']['submit_to_start_p50_ms']:.1f} ms, the machine "
         f"{o['paced_low']['cpu_busy_pct']:.0f}% busy / Celery "
         f"{c['paced_low']['submit_to_start_p50_ms']:.1f} ms, "
         f"{c['paced_low']['cpu_busy_pct']:.0f}% busy = {r['paced_low_p50_ratio']:.2f}x",
