@@ -148,12 +148,21 @@ def latency(bench: Bench, url: str, queue: str) -> dict[str, float]:
     return out
 
 
+# The session counters of SQL statements a routine runs (MariaDB and MySQL 8 count those inside
+# routines too).
+SQL = ", ".join(
+    f"'Com_{c}'"
+    for c in ("select", "insert", "insert_select", "update", "update_multi", "delete",
+              "delete_multi", "call_procedure")
+)  # fmt: skip
+
+
 def procedure_counters(bench: Bench, queue: str) -> dict[str, int]:
-    """Handler reads and writes of one ``task_submit`` call (after a warm-up call), and the
-    statements mariadbd executed (its ``Queries`` counter, every statement and expression a
-    routine runs) for a submission, a claim of one task and a report of one result: inside a
-    routine each costs about the same whatever it does, so their number is what a call's
-    fixed cost is made of."""
+    """Handler reads and writes of one ``task_submit`` call (after a warm-up call), and for a
+    submission, a claim of one task and a report of one result what mariadbd ran: its steps
+    (``Queries``: every DECLARE, SET and IF of a routine as well as its statements) and, of
+    them, the SQL statements (the ``Com_`` counters of SELECT, INSERT, UPDATE, DELETE and the
+    helper CALLs). A step costs a few microseconds, an SQL statement tens, whatever it reads."""
     tag = secrets.token_hex(3)
     [row] = bench.db.query("SELECT id FROM queues WHERE public_id = %s", (queue,))
     session = bench.hello(bench.db, f"layers-{tag}", capacity=10, queue_public=queue)
@@ -176,11 +185,23 @@ def procedure_counters(bench: Bench, queue: str) -> dict[str, int]:
                     pass
             return rows
 
-        def statements(routine: str, *args) -> tuple[int, list[dict]]:
-            before = status("'Queries'")
+        def counters() -> tuple[int, int]:
+            with conn.cursor() as cur:
+                cur.execute(f"SHOW SESSION STATUS WHERE Variable_name IN ('Queries', {SQL})")
+                found = {r["Variable_name"]: int(r["Value"]) for r in cur.fetchall()}
+            return found.pop("Queries"), sum(found.values())
+
+        def statements(name: str, routine: str, *args) -> list[dict]:
+            steps, sql = counters()
             rows = call(routine, *args)
-            # The SHOW that reads the counter is one statement of its own.
-            return status("'Queries'") - before - 1, rows
+            after = counters()
+            # The SHOW that reads the counters is a step of its own; the CALL made here is
+            # counted with the helpers it CALLs.
+            counts[f"{name}_steps"], counts[f"{name}_sql"] = (
+                after[0] - steps - 1,
+                after[1] - sql - 1,
+            )
+            return rows
 
         call("task_submit", *bench.submit_args(f"warm-{tag}", queue=row["id"]))
         r0, w0 = handler_reads(conn), writes()
@@ -189,16 +210,18 @@ def procedure_counters(bench: Bench, queue: str) -> dict[str, int]:
         r1, w1 = handler_reads(conn), writes()
         r2 = handler_reads(conn)
         counts = {"rows_read": (r1 - r0) - (r2 - r1), "rows_written": w1 - w0}
-        counts["submit_statements"], _ = statements(
-            "task_submit", *bench.submit_args(f"statements-{tag}", queue=row["id"])
-        )
+        statements("submit", "task_submit", *bench.submit_args(f"steps-{tag}", queue=row["id"]))
         # The queue's tasks are those three; the claim of one takes the first.
-        counts["claim_statements"], [granted] = statements("worker_claim", bench.ns, session, 1, 1)
+        [granted] = statements("claim", "worker_claim", bench.ns, session, 1, 1)
         result = [{"attempt_id": granted["attempt_id"], "outcome": "succeeded",
                    "retryable": 0, "result": None, "error": None}]  # fmt: skip
-        counts["result_statements"], _ = statements(
-            "attempt_result_many", bench.ns, session, json.dumps(result)
-        )
+        statements("result", "attempt_result_many", bench.ns, session, json.dumps(result))
+        # A claim that finds nothing, as a long poll's first one does when work is sparse: after
+        # one that takes the other two.
+        rest = call("worker_claim", bench.ns, session, 10, 1)
+        statements("empty_claim", "worker_claim", bench.ns, session, 1, 1)
+        results = [{**result[0], "attempt_id": r["attempt_id"]} for r in rest]
+        call("attempt_result_many", bench.ns, session, json.dumps(results))
         call("worker_goodbye", bench.ns, session)
     return counts
 
@@ -291,10 +314,12 @@ def report(r: dict) -> None:
         f"{r['procedure']['rows_read']} rows and writes {r['procedure']['rows_written']}",
         flush=True,
     )
+    c = r["procedure"]
     print(
-        f"layers: statements mariadbd runs for a submission {r['procedure']['submit_statements']}"
-        f", a claim of one task {r['procedure']['claim_statements']}, a report of one result "
-        f"{r['procedure']['result_statements']}",
+        "layers: what mariadbd runs, steps (SQL statements): a submission "
+        f"{c['submit_steps']} ({c['submit_sql']}), a claim of one task {c['claim_steps']} "
+        f"({c['claim_sql']}), a report of one result {c['result_steps']} ({c['result_sql']}), "
+        f"a claim that finds nothing {c['empty_claim_steps']} ({c['empty_claim_sql']})",
         flush=True,
     )
     low = r["floor"]
