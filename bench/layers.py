@@ -9,6 +9,8 @@ On the bench's `orbit` server, in one run:
 * **CPU per task, 8 producers** (as the submit floor): of the producers (this process), the
   gunicorn processes and mariadbd, and what ``task_submit`` reads and writes in mariadbd
   (handler counters of one call);
+* **what mariadbd runs per call**: the steps and, of them, the SQL statements of a
+  submission, a claim of one task, a report of one result and a claim that finds nothing;
 * **the same against the HTTP floor** (``bench/http_floor.py``: gunicorn, gevent and Falcon
   in front of the least durable submission, two rows in one transaction): what the shape
   costs before Orbit does anything;
@@ -159,7 +161,8 @@ SQL = ", ".join(
 
 def procedure_counters(bench: Bench, queue: str) -> dict[str, int]:
     """Handler reads and writes of one ``task_submit`` call (after a warm-up call), and for a
-    submission, a claim of one task and a report of one result what mariadbd ran: its steps
+    submission, a claim of one task, a report of one result and a claim that finds nothing
+    what mariadbd ran: its steps
     (``Queries``: every DECLARE, SET and IF of a routine as well as its statements) and, of
     them, the SQL statements (the ``Com_`` counters of SELECT, INSERT, UPDATE, DELETE and the
     helper CALLs). A step costs a few microseconds, an SQL statement tens, whatever it reads."""
