@@ -162,22 +162,23 @@ SQL = ", ".join(
 def procedure_counters(bench: Bench, queue: str) -> dict[str, int]:
     """Handler reads and writes of one ``task_submit`` call (after a warm-up call), and for a
     submission, a claim of one task, a report of one result and a claim that finds nothing
-    what mariadbd ran: its steps
-    (``Queries``: every DECLARE, SET and IF of a routine as well as its statements) and, of
-    them, the SQL statements (the ``Com_`` counters of SELECT, INSERT, UPDATE, DELETE and the
-    helper CALLs). A step costs a few microseconds, an SQL statement tens, whatever it reads."""
+    what mariadbd ran: its steps (``Queries``: every DECLARE, SET and IF of a routine as well
+    as its statements) and, of them, the SQL statements (the ``Com_`` counters of SELECT,
+    INSERT, UPDATE, DELETE and the helper CALLs). A step costs a few microseconds, an SQL
+    statement tens, whatever it reads."""
     tag = secrets.token_hex(3)
     [row] = bench.db.query("SELECT id FROM queues WHERE public_id = %s", (queue,))
     session = bench.hello(bench.db, f"layers-{tag}", capacity=10, queue_public=queue)
+    counts: dict[str, int] = {}
     with bench.db.connection() as conn:
 
-        def status(names: str) -> int:
+        def status(names: str) -> dict[str, int]:
             with conn.cursor() as cur:
                 cur.execute(f"SHOW SESSION STATUS WHERE Variable_name IN ({names})")
-                return sum(int(r["Value"]) for r in cur.fetchall())
+                return {r["Variable_name"]: int(r["Value"]) for r in cur.fetchall()}
 
         def writes() -> int:
-            return status("'Handler_write', 'Handler_update', 'Handler_delete'")
+            return sum(status("'Handler_write', 'Handler_update', 'Handler_delete'").values())
 
         def call(routine: str, *args) -> list[dict]:
             with conn.cursor() as cur:
@@ -189,9 +190,7 @@ def procedure_counters(bench: Bench, queue: str) -> dict[str, int]:
             return rows
 
         def counters() -> tuple[int, int]:
-            with conn.cursor() as cur:
-                cur.execute(f"SHOW SESSION STATUS WHERE Variable_name IN ('Queries', {SQL})")
-                found = {r["Variable_name"]: int(r["Value"]) for r in cur.fetchall()}
+            found = status(f"'Queries', {SQL}")
             return found.pop("Queries"), sum(found.values())
 
         def statements(name: str, routine: str, *args) -> list[dict]:
@@ -212,7 +211,7 @@ def procedure_counters(bench: Bench, queue: str) -> dict[str, int]:
         # The counters' own SHOW statements read a few rows; measured apart and taken off.
         r1, w1 = handler_reads(conn), writes()
         r2 = handler_reads(conn)
-        counts = {"rows_read": (r1 - r0) - (r2 - r1), "rows_written": w1 - w0}
+        counts.update(rows_read=(r1 - r0) - (r2 - r1), rows_written=w1 - w0)
         statements("submit", "task_submit", *bench.submit_args(f"steps-{tag}", queue=row["id"]))
         # The queue's tasks are those three; the claim of one takes the first.
         [granted] = statements("claim", "worker_claim", bench.ns, session, 1, 1)
