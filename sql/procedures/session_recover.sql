@@ -9,11 +9,13 @@
 -- (session_recovery_due, the probe's) says so, and the per-queue walks run only then.
 -- Params: namespace, session internal id, how many queues the session has and the least of
 --   them (read by the caller with the session: the probe asks one queue by key when there is
---   one). No result set.
+--   one). Out: 1 when the probe found something to recover (the walks ran), else 0. No result
+--   set.
 -- Locks, per item: namespace_gate's, then attempt_recover's, or task_enter_due's (the key row,
 --   then the task row).
 CREATE PROCEDURE session_recover(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
-                                 IN p_queues INT UNSIGNED, IN p_only_queue BIGINT UNSIGNED)
+                                 IN p_queues INT UNSIGNED, IN p_only_queue BIGINT UNSIGNED,
+                                 OUT p_due TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_recover TINYINT DEFAULT 0;
@@ -26,6 +28,7 @@ BEGIN
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   CALL session_recovery_due(p_session_id, IF(p_queues = 1, p_only_queue, 0), v_now, v_recover);
+  SET p_due = v_recover;
   recovery_queues: LOOP
     IF NOT v_recover THEN LEAVE recovery_queues; END IF;
     SET v_next = NULL;

@@ -11,6 +11,13 @@
 -- worker_claim_grant's) and fairness are worker_claim_grant's (shared with
 -- worker_report_claim); this procedure resolves the session, and is the transaction and its
 -- answer.
+-- A claim that would find nothing (nothing was recovered, and the session has no room or no
+-- READY task it may take: session_claim_read, a plain read) is one UPDATE of the session's
+-- last_seen_at (the claim's fairness and the retention of unseen sessions read it), not a
+-- transaction that takes a gate, empties the candidates table and locks the session row to
+-- grant nothing: a long poll begins with such a claim whenever work is sparse. A READY row the
+-- read sees and another claim holds takes the whole path, which skips it; a task committed
+-- after the read is the next claim's, as it is after the whole path's candidates read.
 CREATE PROCEDURE worker_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
                               IN p_max INT UNSIGNED, IN p_start TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
@@ -21,24 +28,40 @@ BEGIN
   DECLARE v_only_queue BIGINT UNSIGNED;
   DECLARE v_first_attempt BIGINT UNSIGNED;
   DECLARE v_limits TINYINT UNSIGNED;
+  DECLARE v_state VARCHAR(10);
+  DECLARE v_free BIGINT;
+  DECLARE v_recovered TINYINT;
+  DECLARE v_ready TINYINT;
+  DECLARE v_seen TINYINT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
-  -- The session and how many queues it has (for the recovery probe), in one read.
-  SELECT MIN(s.id), MIN(s.application_id), COUNT(wq.queue_id), MIN(wq.queue_id)
-    INTO v_session, v_app, v_queues, v_only_queue
-    FROM worker_sessions s LEFT JOIN worker_session_queues wq ON wq.session_id = s.id
-   WHERE s.public_id = p_session_public_id AND s.namespace_id = p_namespace_id;
+  CALL session_claim_read(p_namespace_id, p_session_public_id, v_session, v_app, v_queues,
+                          v_only_queue, v_state, v_free, v_ready);
   IF v_session IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: worker session not found';
   END IF;
-  CALL session_recover(p_namespace_id, v_session, v_queues, v_only_queue);
-  CALL worker_claim_tables();
-  SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-  START TRANSACTION;
-  CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
-  CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max, v_limits,
-                          0, p_start, v_first_attempt);
-  COMMIT;
-  CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615), 18446744073709551615);
+  CALL session_recover(p_namespace_id, v_session, v_queues, v_only_queue, v_recovered);
+  -- Room read before the recovery is room still when nothing was recovered (a recovery of
+  -- the session's own attempts frees its slots). A closed session takes the whole path, which
+  -- says STATE_CONFLICT under the session row's lock; so does one closed after the read.
+  IF v_state = 'OPEN' AND NOT v_recovered THEN
+    IF v_free <= 0 OR NOT v_ready THEN
+      UPDATE worker_sessions SET last_seen_at = UTC_TIMESTAMP(6)
+       WHERE id = v_session AND state = 'OPEN';
+      SET v_seen = ROW_COUNT() > 0;
+    END IF;
+  END IF;
+  IF v_seen THEN  -- the answer of a claim that granted nothing
+    CALL session_assignments(v_session, 18446744073709551615, 18446744073709551615);
+  ELSE
+    CALL worker_claim_tables();
+    SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+    START TRANSACTION;
+    CALL namespace_gate(p_namespace_id, 3, v_app, v_limits);
+    CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max, v_limits,
+                            0, p_start, v_first_attempt);
+    COMMIT;
+    CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615), 18446744073709551615);
+  END IF;
 END

@@ -33,6 +33,7 @@ BEGIN
   DECLARE v_out MEDIUMTEXT;
   DECLARE v_first_attempt BIGINT UNSIGNED DEFAULT NULL;
   DECLARE v_error VARCHAR(512);
+  DECLARE v_recovered TINYINT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
@@ -42,7 +43,7 @@ BEGIN
     FROM worker_sessions s LEFT JOIN worker_session_queues wq ON wq.session_id = s.id
    WHERE s.public_id = p_session_public_id AND s.namespace_id = p_namespace_id;
   IF v_session IS NOT NULL AND p_max > 0 THEN
-    CALL session_recover(p_namespace_id, v_session, v_queues, v_only_queue);
+    CALL session_recover(p_namespace_id, v_session, v_queues, v_only_queue, v_recovered);
   END IF;
   CALL attempt_result_tables();
   CALL worker_claim_tables();

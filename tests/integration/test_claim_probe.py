@@ -1,17 +1,97 @@
 """The claim's long-poll probe (session_ready): yes exactly when the claim that follows would
 take or recover something, so a waiting claim can sleep on a cheap read instead of claiming
-every 20-250 ms. Real procedures on a real MariaDB."""
+every 20-250 ms; and the claim that would find nothing, answered from the same read without a
+transaction. Real procedures on a real MariaDB."""
 
 from __future__ import annotations
 
 import pytest
 
+from orbit_shell import errors
+from orbit_shell.engine.schema import routine_name
 from tests.engine import Engine
 
 
 def ready(eng: Engine, session: str) -> int:
     [[row]] = eng.db.call("session_ready", eng.t.namespace_id, session)
     return row["ready"]
+
+
+# What a claim's transaction runs and a claim that finds nothing does not: the candidates
+# table emptied and filled, the gate and the session row read under lock.
+TRANSACTION_STATEMENTS = ("Com_delete", "Com_insert_select", "Com_begin")
+
+
+def claim_statements(eng: Engine, session: str, n: int) -> tuple[list[dict], dict[str, int]]:
+    """A claim of ``n`` on a connection of its own: its grants, and how many of each of
+    TRANSACTION_STATEMENTS it ran."""
+    names = ", ".join(f"'{name}'" for name in TRANSACTION_STATEMENTS)
+
+    def counters(cur) -> dict[str, int]:
+        cur.execute(f"SHOW SESSION STATUS WHERE Variable_name IN ({names})")
+        return {r["Variable_name"]: int(r["Value"]) for r in cur.fetchall()}
+
+    with eng.db.connection() as conn, conn.cursor() as cur:
+        before = counters(cur)
+        cur.execute(
+            f"CALL {routine_name('worker_claim')}(%s, %s, %s, 0)", (eng.t.namespace_id, session, n)
+        )
+        rows = list(cur.fetchall())
+        while cur.nextset():
+            pass
+        after = counters(cur)
+    return rows, {name: after[name] - before[name] for name in TRANSACTION_STATEMENTS}
+
+
+def seen(eng: Engine, session: str) -> dict:
+    [row] = eng.db.query(
+        "SELECT last_seen_at, in_flight FROM worker_sessions WHERE public_id = %s", (session,)
+    )
+    return row
+
+
+def test_a_claim_that_would_find_nothing_only_marks_the_session_seen(database, tenant):
+    """W2: with no READY task it may take, or no room, a claim runs no transaction; it still
+    marks the session seen (the claim's fairness and the retention of unseen sessions read
+    last_seen_at). One that finds work, or a closed session, takes the whole path."""
+    eng = Engine(database, tenant)
+    queue, _ = eng.queue_create()
+    session, _ = eng.hello([queue], capacity=1, keys=False)
+    eng.submit("busy/k", queue)  # keyed: not this session's to take
+    eng.unseen(session)
+    quiet = seen(eng, session)
+    rows, ran = claim_statements(eng, session, 1)
+    assert rows == [] and not any(ran.values()), ran
+    now = seen(eng, session)
+    assert now["last_seen_at"] > quiet["last_seen_at"] and now["in_flight"] == 0
+    task = eng.submit("", queue)
+    [granted], ran = claim_statements(eng, session, 1)
+    assert granted["task_id"] == task and all(ran.values()), ran
+    eng.submit("", queue)
+    eng.unseen(session)
+    quiet = seen(eng, session)
+    rows, ran = claim_statements(eng, session, 1)  # full: a READY task, no room
+    assert rows == [] and not any(ran.values()), ran
+    now = seen(eng, session)
+    assert now["last_seen_at"] > quiet["last_seen_at"] and now["in_flight"] == 1
+    database.call("worker_goodbye", eng.t.namespace_id, session)
+    with pytest.raises(errors.StateConflict):
+        eng.claim(session, 1)
+
+
+def test_a_claim_that_recovers_its_own_attempt_takes_the_slot_it_freed(database, tenant):
+    """The room a claim reads before its recovery is not the room after it: a session whose
+    only slot held an attempt past its lease gets a task in the claim that recovers it."""
+    eng = Engine(database, tenant)
+    queue, _ = eng.queue_create()
+    session, _ = eng.hello([queue], capacity=1)
+    eng.submit("", queue)
+    [a] = eng.claim(session, 1)
+    eng.submit("", queue)
+    eng.expire(a["attempt_id"])
+    [b] = eng.claim(session, 1)
+    assert b["attempt_id"] != a["attempt_id"]
+    assert seen(eng, session)["in_flight"] == 1
 
 
 def test_probe_says_yes_for_claimable_work_and_room_only(database, tenant):
