@@ -26,11 +26,12 @@ BEGIN
   DECLARE v_state VARCHAR(10);
   DECLARE v_free BIGINT;
   DECLARE v_ready TINYINT DEFAULT 0;
+  DECLARE v_recent TINYINT;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
   CALL session_claim_read(p_namespace_id, p_session_public_id, v_session, v_app, v_queues,
-                          v_only_queue, v_state, v_free, v_ready);
+                          v_only_queue, v_state, v_free, v_ready, v_recent);
   IF v_session IS NULL OR v_state <> 'OPEN' THEN
     SELECT 1 AS ready;
   ELSE

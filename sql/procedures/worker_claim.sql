@@ -12,10 +12,12 @@
 -- worker_report_claim); this procedure resolves the session, and is the transaction and its
 -- answer.
 -- A claim that would find nothing (nothing was recovered, and the session has no room or no
--- READY task it may take: session_claim_read, a plain read) is one UPDATE of the session's
--- last_seen_at (the claim's fairness and the retention of unseen sessions read it), not a
--- transaction that takes a gate, empties the candidates table and locks the session row to
--- grant nothing: a long poll begins with such a claim whenever work is sparse. A READY row the
+-- READY task it may take: session_claim_read, a plain read) only marks the session seen, not
+-- a transaction that takes a gate, empties the candidates table and locks the session row to
+-- grant nothing: a long poll begins with such a claim whenever work is sparse. It writes
+-- last_seen_at only when that is a second old or more: its readers (the claim's fairness, 5
+-- seconds; the dashboard's live sessions; the retention of unseen sessions) need no finer
+-- stamp, and a claim that writes nothing reads only, with no commit to flush. A READY row the
 -- read sees and another claim holds takes the whole path, which skips it; a task committed
 -- after the read is the next claim's, as it is after the whole path's candidates read.
 CREATE PROCEDURE worker_claim(IN p_namespace_id BIGINT UNSIGNED, IN p_session_public_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin,
@@ -33,20 +35,24 @@ BEGIN
   DECLARE v_recovered TINYINT;
   DECLARE v_ready TINYINT;
   DECLARE v_seen TINYINT DEFAULT 0;
+  DECLARE v_recent TINYINT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
   CALL session_claim_read(p_namespace_id, p_session_public_id, v_session, v_app, v_queues,
-                          v_only_queue, v_state, v_free, v_ready);
+                          v_only_queue, v_state, v_free, v_ready, v_recent);
   IF v_session IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: worker session not found';
   END IF;
   CALL session_recover(p_namespace_id, v_session, v_queues, v_only_queue, v_recovered);
   -- Room read before the recovery is room still when nothing was recovered (a recovery of
   -- the session's own attempts frees its slots). A closed session takes the whole path, which
-  -- says STATE_CONFLICT under the session row's lock; so does one closed after the read.
-  IF v_state = 'OPEN' AND NOT v_recovered THEN
-    IF v_free <= 0 OR NOT v_ready THEN
+  -- says STATE_CONFLICT under the session row's lock; one closed after the read is answered
+  -- as a claim just before its close, and its next claim says STATE_CONFLICT.
+  IF v_state = 'OPEN' AND NOT v_recovered AND (v_free <= 0 OR NOT v_ready) THEN
+    IF v_recent THEN
+      SET v_seen = 1;
+    ELSE
       UPDATE worker_sessions SET last_seen_at = UTC_TIMESTAMP(6)
        WHERE id = v_session AND state = 'OPEN';
       SET v_seen = ROW_COUNT() > 0;

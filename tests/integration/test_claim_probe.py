@@ -20,12 +20,13 @@ def ready(eng: Engine, session: str) -> int:
 # What a claim's transaction runs and a claim that finds nothing does not: the candidates
 # table emptied and filled, the gate and the session row read under lock.
 TRANSACTION_STATEMENTS = ("Com_delete", "Com_insert_select", "Com_begin")
+WRITES = ("Handler_update", "Handler_write", "Handler_delete")
 
 
 def claim_statements(eng: Engine, session: str, n: int) -> tuple[list[dict], dict[str, int]]:
     """A claim of ``n`` on a connection of its own: its grants, and how many of each of
-    TRANSACTION_STATEMENTS it ran."""
-    names = ", ".join(f"'{name}'" for name in TRANSACTION_STATEMENTS)
+    TRANSACTION_STATEMENTS it ran and of the row WRITES it made."""
+    names = ", ".join(f"'{name}'" for name in TRANSACTION_STATEMENTS + WRITES)
 
     def counters(cur) -> dict[str, int]:
         cur.execute(f"SHOW SESSION STATUS WHERE Variable_name IN ({names})")
@@ -40,7 +41,7 @@ def claim_statements(eng: Engine, session: str, n: int) -> tuple[list[dict], dic
         while cur.nextset():
             pass
         after = counters(cur)
-    return rows, {name: after[name] - before[name] for name in TRANSACTION_STATEMENTS}
+    return rows, {name: after[name] - before[name] for name in after}
 
 
 def seen(eng: Engine, session: str) -> dict:
@@ -50,10 +51,15 @@ def seen(eng: Engine, session: str) -> dict:
     return row
 
 
+def transaction(ran: dict[str, int]) -> bool:
+    return any(ran[name] for name in TRANSACTION_STATEMENTS)
+
+
 def test_a_claim_that_would_find_nothing_only_marks_the_session_seen(database, tenant):
     """W2: with no READY task it may take, or no room, a claim runs no transaction; it still
     marks the session seen (the claim's fairness and the retention of unseen sessions read
-    last_seen_at). One that finds work, or a closed session, takes the whole path."""
+    last_seen_at), and writes nothing when the session was seen in the last second. One that
+    finds work, or a closed session, takes the whole path."""
     eng = Engine(database, tenant)
     queue, _ = eng.queue_create()
     session, _ = eng.hello([queue], capacity=1, keys=False)
@@ -61,17 +67,20 @@ def test_a_claim_that_would_find_nothing_only_marks_the_session_seen(database, t
     eng.unseen(session)
     quiet = seen(eng, session)
     rows, ran = claim_statements(eng, session, 1)
-    assert rows == [] and not any(ran.values()), ran
+    assert rows == [] and not transaction(ran) and ran["Handler_update"] == 1, ran
     now = seen(eng, session)
     assert now["last_seen_at"] > quiet["last_seen_at"] and now["in_flight"] == 0
+    rows, ran = claim_statements(eng, session, 1)  # seen a moment ago: nothing to write
+    assert rows == [] and not transaction(ran) and not any(ran[w] for w in WRITES), ran
+    assert seen(eng, session) == now
     task = eng.submit("", queue)
     [granted], ran = claim_statements(eng, session, 1)
-    assert granted["task_id"] == task and all(ran.values()), ran
+    assert granted["task_id"] == task and all(ran[name] for name in TRANSACTION_STATEMENTS), ran
     eng.submit("", queue)
     eng.unseen(session)
     quiet = seen(eng, session)
     rows, ran = claim_statements(eng, session, 1)  # full: a READY task, no room
-    assert rows == [] and not any(ran.values()), ran
+    assert rows == [] and not transaction(ran) and ran["Handler_update"] == 1, ran
     now = seen(eng, session)
     assert now["last_seen_at"] > quiet["last_seen_at"] and now["in_flight"] == 1
     database.call("worker_goodbye", eng.t.namespace_id, session)
