@@ -10,8 +10,8 @@
 -- Params: namespace, session public id.
 -- Result set: {ready: 1 or 0}; 1 for an unknown or closed session too, so that the claim that
 --   follows answers with its error.
--- Indexes: session_claim_read's, then ix_tasks_queue_due and ix_attempts_queue_lease
---   (session_recovery_due).
+-- Indexes: session_ready_tasks', then ix_tasks_queue_due and ix_attempts_queue_lease, each from
+--   the session's queues (worker_session_queues' primary key).
 -- Locks: none (read-only, no transaction). Every read is a SELECT ... INTO: InnoDB takes
 --   shared locks on what a SET reads, and a probe that waited on a start or a claim in flight
 --   would stall the worker it serves (tests/integration/test_locking_reads.py).
@@ -20,25 +20,25 @@ CREATE PROCEDURE session_ready(IN p_namespace_id BIGINT UNSIGNED,
   READS SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
-  DECLARE v_app BIGINT UNSIGNED;
-  DECLARE v_queues INT UNSIGNED;
-  DECLARE v_only_queue BIGINT UNSIGNED;
   DECLARE v_state VARCHAR(10);
+  DECLARE v_keys TINYINT;
   DECLARE v_free BIGINT;
   DECLARE v_ready TINYINT DEFAULT 0;
-  DECLARE v_recent TINYINT;
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
-  CALL session_claim_read(p_namespace_id, p_session_public_id, v_session, v_app, v_queues,
-                          v_only_queue, v_state, v_free, v_ready, v_recent);
+  SELECT id, state, concurrency_keys, CAST(capacity AS SIGNED) - CAST(in_flight AS SIGNED)
+    INTO v_session, v_state, v_keys, v_free
+    FROM worker_sessions WHERE public_id = p_session_public_id AND namespace_id = p_namespace_id;
   IF v_session IS NULL OR v_state <> 'OPEN' THEN
     SELECT 1 AS ready;
   ELSE
+    IF v_free > 0 THEN
+      CALL session_ready_tasks(v_session, v_keys, v_ready);
+    END IF;
     -- What the claim recovers, room or not: its own guard's read.
-    SET v_ready = v_free > 0 AND v_ready;
     IF NOT v_ready THEN
-      CALL session_recovery_due(v_session, IF(v_queues = 1, v_only_queue, 0), v_now, v_ready);
+      CALL session_recovery_due(v_session, 0, v_now, v_ready);
     END IF;
     SELECT v_ready AS ready;
   END IF;

@@ -12,7 +12,7 @@
 -- worker_report_claim); this procedure resolves the session, and is the transaction and its
 -- answer.
 -- A claim that would find nothing (nothing was recovered, and the session has no room or no
--- READY task it may take: session_claim_read, a plain read) only marks the session seen, not
+-- READY task it may take: session_ready_tasks, a plain read) only marks the session seen, not
 -- a transaction that takes a gate, empties the candidates table and locks the session row to
 -- grant nothing: a long poll begins with such a claim whenever work is sparse. It writes
 -- last_seen_at only when that is a second old or more: its readers (the claim's fairness, 5
@@ -33,14 +33,21 @@ BEGIN
   DECLARE v_state VARCHAR(10);
   DECLARE v_free BIGINT;
   DECLARE v_recovered TINYINT;
-  DECLARE v_ready TINYINT;
+  DECLARE v_keys TINYINT;
+  DECLARE v_ready TINYINT DEFAULT 0;
   DECLARE v_seen TINYINT DEFAULT 0;
   DECLARE v_recent TINYINT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
 
-  CALL session_claim_read(p_namespace_id, p_session_public_id, v_session, v_app, v_queues,
-                          v_only_queue, v_state, v_free, v_ready, v_recent);
+  -- The session, its room, whether it was seen in the last second, and how many queues it
+  -- has (for the recovery probe), in one read.
+  SELECT MIN(s.id), MIN(s.application_id), COUNT(wq.queue_id), MIN(wq.queue_id), MIN(s.state),
+         MIN(s.concurrency_keys), MIN(CAST(s.capacity AS SIGNED) - CAST(s.in_flight AS SIGNED)),
+         COALESCE(MIN(s.last_seen_at) >= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, 0)
+    INTO v_session, v_app, v_queues, v_only_queue, v_state, v_keys, v_free, v_recent
+    FROM worker_sessions s LEFT JOIN worker_session_queues wq ON wq.session_id = s.id
+   WHERE s.public_id = p_session_public_id AND s.namespace_id = p_namespace_id;
   IF v_session IS NULL THEN
     SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: worker session not found';
   END IF;
@@ -49,10 +56,13 @@ BEGIN
   -- the session's own attempts frees its slots). A closed session takes the whole path, which
   -- says STATE_CONFLICT under the session row's lock; one closed after the read is answered
   -- as a claim just before its close, and its next claim says STATE_CONFLICT.
-  IF v_state = 'OPEN' AND NOT v_recovered AND (v_free <= 0 OR NOT v_ready) THEN
-    IF v_recent THEN
+  IF v_state = 'OPEN' AND NOT v_recovered THEN
+    IF v_free > 0 THEN
+      CALL session_ready_tasks(v_session, v_keys, v_ready);
+    END IF;
+    IF NOT v_ready AND v_recent THEN
       SET v_seen = 1;
-    ELSE
+    ELSEIF NOT v_ready THEN
       UPDATE worker_sessions SET last_seen_at = UTC_TIMESTAMP(6)
        WHERE id = v_session AND state = 'OPEN';
       SET v_seen = ROW_COUNT() > 0;
