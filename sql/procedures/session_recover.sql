@@ -18,7 +18,6 @@ CREATE PROCEDURE session_recover(IN p_namespace_id BIGINT UNSIGNED, IN p_session
                                  OUT p_due TINYINT)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
-  DECLARE v_recover TINYINT DEFAULT 0;
   DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
   DECLARE v_next BIGINT UNSIGNED;
   DECLARE v_done INT DEFAULT 0;
@@ -27,10 +26,9 @@ BEGIN
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-  CALL session_recovery_due(p_session_id, IF(p_queues = 1, p_only_queue, 0), v_now, v_recover);
-  SET p_due = v_recover;
+  CALL session_recovery_due(p_session_id, IF(p_queues = 1, p_only_queue, 0), v_now, p_due);
   recovery_queues: LOOP
-    IF NOT v_recover THEN LEAVE recovery_queues; END IF;
+    IF NOT p_due THEN LEAVE recovery_queues; END IF;
     SET v_next = NULL;
     SELECT MIN(queue_id) INTO v_next FROM worker_session_queues
      WHERE session_id = p_session_id AND queue_id > v_queue;

@@ -68,9 +68,7 @@ BEGIN
       SET v_seen = ROW_COUNT() > 0;
     END IF;
   END IF;
-  IF v_seen THEN  -- the answer of a claim that granted nothing
-    CALL session_assignments(v_session, 18446744073709551615, 18446744073709551615);
-  ELSE
+  IF NOT v_seen THEN
     CALL worker_claim_tables();
     SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
     START TRANSACTION;
@@ -78,6 +76,7 @@ BEGIN
     CALL worker_claim_grant(p_namespace_id, v_session, v_app, p_session_public_id, p_max, v_limits,
                             0, p_start, v_first_attempt);
     COMMIT;
-    CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615), 18446744073709551615);
   END IF;
+  -- No attempt granted (the first NULL) answers from the greatest id: no row.
+  CALL session_assignments(v_session, COALESCE(v_first_attempt, 18446744073709551615), 18446744073709551615);
 END

@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from orbit_shell import errors
-from orbit_shell.engine.schema import routine_name
-from tests.engine import Engine
+from tests.engine import Engine, call_reads
 
 
 def ready(eng: Engine, session: str) -> int:
@@ -28,19 +27,15 @@ def claim_statements(eng: Engine, session: str, n: int) -> tuple[list[dict], dic
     TRANSACTION_STATEMENTS it ran and of the row WRITES it made."""
     names = ", ".join(f"'{name}'" for name in TRANSACTION_STATEMENTS + WRITES)
 
-    def counters(cur) -> dict[str, int]:
-        cur.execute(f"SHOW SESSION STATUS WHERE Variable_name IN ({names})")
-        return {r["Variable_name"]: int(r["Value"]) for r in cur.fetchall()}
+    def counters(conn) -> dict[str, int]:
+        with conn.cursor() as cur:
+            cur.execute(f"SHOW SESSION STATUS WHERE Variable_name IN ({names})")
+            return {r["Variable_name"]: int(r["Value"]) for r in cur.fetchall()}
 
-    with eng.db.connection() as conn, conn.cursor() as cur:
-        before = counters(cur)
-        cur.execute(
-            f"CALL {routine_name('worker_claim')}(%s, %s, %s, 0)", (eng.t.namespace_id, session, n)
-        )
-        rows = list(cur.fetchall())
-        while cur.nextset():
-            pass
-        after = counters(cur)
+    with eng.db.connection() as conn:
+        before = counters(conn)
+        _, rows = call_reads(conn, "worker_claim", eng.t.namespace_id, session, n, 0)
+        after = counters(conn)
     return rows, {name: after[name] - before[name] for name in after}
 
 
