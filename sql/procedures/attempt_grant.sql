@@ -94,10 +94,15 @@ BEGIN
       END IF;
       IF v_resource IS NOT NULL AND ((v_holder IS NOT NULL) + v_slot_holders >= v_limit
                                      OR NOT (v_candidate <=> p_task_id)) THEN
-        -- The key is full or this is not its candidate (cannot happen while the parking
-        -- invariant holds): park it rather than grant a permit too many.
+        -- The key is full (a policy lowered its limit while this task was its READY
+        -- candidate) or this is not its candidate (cannot happen while the parking invariant
+        -- holds): park it rather than grant a permit too many. A parked task is no candidate:
+        -- the key's next release promotes only a key without one (key_promote_next), and a
+        -- parked candidate would wait for it forever.
         UPDATE tasks SET lane = 'BLOCKED' WHERE id = p_task_id;
-        UPDATE concurrency_resources SET waiting_since = COALESCE(waiting_since, p_now)
+        UPDATE concurrency_resources
+           SET waiting_since = COALESCE(waiting_since, p_now),
+               candidate_task_id = IF(candidate_task_id <=> p_task_id, NULL, candidate_task_id)
          WHERE id = v_resource;
       ELSEIF v_resource IS NOT NULL AND v_rate_next > v_at THEN
         -- The key's rate lets no permit begin yet (a policy tightened it since this task was

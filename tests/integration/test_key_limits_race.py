@@ -47,6 +47,33 @@ class Changes:
         return max(allowed, limit)
 
 
+def _unsettled(database, queue: str) -> list[dict]:
+    """Each task of the queue not yet settled, with its key's row and slots and its attempts:
+    what a failure needs to tell a lost promotion from a lost claim."""
+    rows = database.query(
+        "SELECT t.id, t.state, t.lane, t.available_at, t.attempts_used, t.concurrency_key, "
+        "r.key_limit, r.holder_attempt_id, r.slot_holders, r.candidate_task_id "
+        "FROM tasks t JOIN queues q ON q.id = t.queue_id "
+        "LEFT JOIN concurrency_resources r ON r.namespace_id = t.namespace_id "
+        "AND r.concurrency_key = t.concurrency_key "
+        "WHERE q.public_id = %s AND t.state NOT IN ('SUCCEEDED', 'FAILED', 'NEEDS_REVIEW')",
+        (queue,),
+    )
+    for row in rows:
+        row["attempts"] = database.query(
+            "SELECT id, state, concurrency_slot AS slot, lease_expires_at, finished_at "
+            "FROM attempts WHERE task_id = %s ORDER BY id",
+            (row["id"],),
+        )
+        row["slots"] = database.query(
+            "SELECT s.slot, s.attempt_id FROM key_slots s JOIN concurrency_resources r "
+            "ON r.id = s.resource_id WHERE r.namespace_id = "
+            "(SELECT namespace_id FROM tasks WHERE id = %s) AND r.concurrency_key = %s",
+            (row["id"], row["concurrency_key"]),
+        )
+    return rows
+
+
 def test_p1_p2_limits_changed_while_claims_results_and_expiries_run(client, tenant, database):
     queue = client.simulate_post(
         "/v1/queues",
@@ -133,10 +160,12 @@ def test_p1_p2_limits_changed_while_claims_results_and_expiries_run(client, tena
         if row["n"] == 0:
             break
         time.sleep(0.2)
+    stuck = _unsettled(database, queue)
     stop.set()
     for t in threads:
         t.join(30)
     assert not errors, errors[:3]
+    assert not stuck, f"tasks not settled after the drain, with their key rows: {stuck[:3]}"
 
     history = History(submitted=submitted)
     for r in database.query(

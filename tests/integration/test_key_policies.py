@@ -207,6 +207,25 @@ def test_p3_lowering_a_limit_revokes_nothing_and_grants_no_slot_above_it(client,
     assert _key(client, tenant, key)["limit"] == 1
 
 
+def test_p3_a_candidate_that_a_lowered_limit_parks_starts_at_the_next_release(client, tenant):
+    """A key of limit 2 with one holder has its next task READY; lowered to 1, the claim that
+    meets that task parks it, and the holder's release must start it again."""
+    key = "parked/" + secrets.token_hex(4)
+    policy = _policy(client, tenant, key=key, limit=2)
+    tasks = [submit(client, tenant, concurrency_key=key).json["data"]["task_id"] for _ in range(3)]
+    session = Session(client, tenant, capacity=8)
+    [first] = session.claim(max=1)
+    assert first["task"]["task_id"] == tasks[0]
+    assert _key(client, tenant, key)["ready_task_id"] == tasks[1]  # room for a second holder
+    _put(client, tenant, policy["policy_id"], key=key, limit=1)
+    assert session.claim(max=8) == []  # full at limit 1: the candidate is parked, not granted
+    assert session.start(first["attempt_id"]).status_code == 200
+    assert session.finish(first["attempt_id"]).status_code == 200
+    [second] = session.claim(max=8)
+    assert (second["task"]["task_id"], second["concurrency_slot"]) == (tasks[1], 0)
+    assert session.claim(max=8) == []  # limit 1: the third waits for the second
+
+
 def test_p3_a_prefix_policy_reaches_existing_keys_and_new_ones(client, tenant):
     prefix = "tenant-" + secrets.token_hex(3) + "/"
     for i in range(3):

@@ -12,6 +12,7 @@ from orbit_shell.engine.schema import routine_name
 
 KEYED = "000005_keyed_concurrency"
 POLICIES = "000022_key_policies"
+PARKED = "000024_parked_candidates"
 
 
 def _rows(dsn: str, sql: str, args=()):
@@ -223,6 +224,53 @@ def test_h5_existing_keys_keep_limit_1_and_their_permits_slot_0(fresh_dsn):
     assert limit["n"] is None  # no rule: limit 1
     text = (schema.MIGRATIONS_DIR / f"{POLICIES}.sql").read_text()
     assert text.count("  ALGORITHM=INSTANT;") == 2
+
+
+def test_p3_upgrade_restarts_candidates_a_lowered_limit_left_parked(fresh_dsn):
+    """A parked task left its key's candidate is READY again where its key has room; where the
+    key is still full it stays parked and stops being the candidate, so a release promotes it."""
+    before = [m for m in schema.migration_ids() if m < PARKED]
+    schema.apply(fresh_dsn, until=before[-1], install=False)
+    conn = db.connect(fresh_dsn)
+    try:
+        with conn.cursor() as cur:
+            now = "UTC_TIMESTAMP(6)"
+            cur.execute(f"INSERT INTO applications (name, created_at) VALUES ('a', {now})")
+            cur.execute(
+                f"INSERT INTO queues (public_id, namespace_id, application_id, name, "
+                f"created_at, updated_at) VALUES (REPEAT('a', 32), 1, 1, 'q', {now}, {now})"
+            )
+            for task, key in ((1, "room"), (2, "full"), (3, "kept")):
+                cur.execute(
+                    "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
+                    "idempotency_key, handler, handler_version, payload_version, payload, "
+                    "concurrency_key, priority, state, lane, max_attempts, available_at, "
+                    f"created_at, updated_at) VALUES (REPEAT('{task}', 32), 1, 1, 1, '{key}', "
+                    f"'h', 'v1', 'v1', '{{}}', '{key}', 5, 'WAITING', "
+                    f"IF({task} = 3, 'READY', 'BLOCKED'), 3, {now}, {now}, {now})"
+                )
+            # room: limit 2, one holder; full: limit 1, one holder; kept: a READY candidate.
+            for key, limit, task in (("room", 2, 1), ("full", 1, 2), ("kept", 1, 3)):
+                cur.execute(
+                    "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
+                    "holder_attempt_id, candidate_task_id, key_limit, created_at, updated_at) "
+                    f"VALUES (1, '{key}', 1, IF('{key}' = 'kept', NULL, 9), {task}, {limit}, "
+                    f"{now}, {now})"
+                )
+    finally:
+        conn.close()
+    schema.apply(fresh_dsn)
+    keys = _rows(
+        fresh_dsn,
+        "SELECT r.concurrency_key AS k, r.candidate_task_id AS candidate, t.lane "
+        "FROM concurrency_resources r JOIN tasks t ON t.concurrency_key = r.concurrency_key "
+        "ORDER BY r.concurrency_key",
+    )
+    assert keys == [
+        {"k": "full", "candidate": None, "lane": "BLOCKED"},
+        {"k": "kept", "candidate": 3, "lane": "READY"},
+        {"k": "room", "candidate": 1, "lane": "READY"},
+    ]
 
 
 def test_server_refuses_newer_schema_and_foreign_routines(fresh_dsn):
