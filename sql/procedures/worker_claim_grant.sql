@@ -251,7 +251,8 @@ BEGIN
       -- with this task as candidate and token space left), they are granted set-based, a
       -- statement per step instead of ~12 per grant, with attempt_grant's effects. Otherwise
       -- the loop below grants one by one, skipping what attempt_grant refuses. A single grant
-      -- always takes the loop: the set-based steps cost more than one attempt_grant.
+      -- never takes this path: the set-based steps cost more than one attempt_grant, and an
+      -- unkeyed one is written inline below.
       -- Every candidate was inserted taken; the last ones beyond v_take are put back.
       IF v_take < v_found THEN
         SET v_drop = v_found - v_take;
@@ -418,6 +419,50 @@ BEGIN
        WHERE c.take = 1 AND (e.n = 1 OR p_start)
        ORDER BY c.attempt_id, e.n;
     ELSE
+    IF v_take = 1 AND v_limited = 0 THEN
+      -- One grant of an unkeyed task whose deadline is ahead, in a queue without a permit
+      -- limit (a claim of one task, as every claim is below a worker's ceiling): attempt_grant's
+      -- effects written here. Its frame, its second read of the task row (locked READY above)
+      -- and of the queue, its checks for a key, a limit and a deadline, which the candidate's
+      -- read answered, and two history_add frames are a seventh of such a claim
+      -- (bench/README.md). Anything else takes the loop below.
+      single: BEGIN
+        DECLARE v_number INT UNSIGNED;
+        DECLARE v_expires DATETIME(6);
+        DECLARE v_single_queue BIGINT UNSIGNED;
+        DECLARE v_plain TINYINT DEFAULT 0;
+        SELECT task_id, queue_id, attempt_number, expires_at, keyed = 0 AND late = 0
+          INTO v_next, v_single_queue, v_number, v_expires, v_plain
+          FROM claim_grants_mem ORDER BY priority, task_id LIMIT 1;
+        IF v_plain THEN
+          INSERT INTO attempts (public_id, task_id, namespace_id, application_id, queue_id,
+                                session_id, attempt_number, concurrency_token, concurrency_slot,
+                                state, lease_expires_at, created_at, started_at)
+          SELECT new_public_id(), id, namespace_id, application_id, queue_id, v_session,
+                 v_number, 0, 0, IF(p_start, 'RUNNING', 'LEASED'), v_expires, v_now,
+                 IF(p_start, v_now, NULL)
+            FROM tasks FORCE INDEX (PRIMARY) WHERE id = v_next;
+          SET v_first_attempt = LAST_INSERT_ID(), v_granted = 1;
+          INSERT INTO permits (attempt_id, kind, scope_id, exclusive_resource_id, expires_at, created_at)
+            VALUES (v_first_attempt, 'QUEUE', v_single_queue, NULL, v_expires, v_now);
+          UPDATE tasks SET state = IF(p_start, 'RUNNING', 'LEASED'), lane = NULL,
+                           attempts_used = v_number, current_attempt_id = v_first_attempt,
+                           updated_at = v_now
+           WHERE id = v_next;
+          INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
+                                    from_state, to_state, actor, details, created_at)
+            VALUES (v_next, p_namespace_id, v_first_attempt, NULL, 'CLAIMED', 'WAITING', 'LEASED',
+                    v_actor, NULL, v_now);
+          IF p_start THEN
+            INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
+                                      from_state, to_state, actor, details, created_at)
+              VALUES (v_next, p_namespace_id, v_first_attempt, NULL, 'STARTED', 'LEASED', 'RUNNING',
+                      v_actor, NULL, v_now);
+          END IF;
+        END IF;
+      END single;
+    END IF;
+    IF v_granted = 0 THEN
     grants: BEGIN
       DECLARE v_done TINYINT DEFAULT 0;
       DECLARE v_size INT UNSIGNED;
@@ -442,6 +487,7 @@ BEGIN
       END LOOP;
       CLOSE c_grant;
     END grants;
+    END IF;
     END IF;
     IF v_granted > 0 AND p_limits & 1 THEN
       UPDATE applications SET active_attempts = active_attempts + v_granted WHERE id = v_app;
