@@ -31,7 +31,9 @@
 -- the token floors of the group's new keys (shared, key_floor's rule) and their new key rows
 -- (inserted in key order, each at its floor); then the new tasks and idempotency rows;
 -- then per remaining item those of task_submit_one (rows it holds already, a key it names
--- first, and the tasks it replaces, after their key). Deadlocks and lock-wait timeouts roll back the whole batch; the shell retries it. A
+-- first, and the tasks it replaces, after their key). A key row made by another submission
+-- after keys_lock is never waited for out of key order: the batch starts over (1213).
+-- Deadlocks and lock-wait timeouts roll back the whole batch; the shell retries it. A
 -- concurrent submission of one of its Idempotency-Keys makes the batch's insert of that record
 -- a duplicate once the other commits: the batch is rolled back and answered as a deadlock
 -- (1213), and the shell's retry finds the record (task_submit's rule).
@@ -65,6 +67,8 @@ BEGIN
   DECLARE v_rated_after BIGINT UNSIGNED DEFAULT 0;
   DECLARE v_floors INT;
   DECLARE v_queues MEDIUMTEXT;
+  DECLARE v_new_keys INT DEFAULT 0;
+  DECLARE v_key_rows INT DEFAULT 0;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   DECLARE EXIT HANDLER FOR 1062
   BEGIN
@@ -191,8 +195,24 @@ BEGIN
                           WHERE r.namespace_id = p_namespace_id AND r.concurrency_key = f.concurrency_key)
        ORDER BY f.concurrency_key
           ON DUPLICATE KEY UPDATE updated_at = concurrency_resources.updated_at;
-      IF ROW_COUNT() > 0 THEN
+      SET v_new_keys = ROW_COUNT();
+      IF v_new_keys > 0 THEN
         CALL key_limit_init(p_namespace_id, 0);  -- the new rows' limits (P1)
+      END IF;
+      -- A key row that another transaction made and committed after keys_lock above is neither
+      -- locked there nor made here (the insert's NOT EXISTS saw it). Read under a lock below,
+      -- behind rows this batch holds past it, it closed a cycle with a transaction that took
+      -- it first, in key order, and then waited for one of ours (a report's keys_lock).
+      -- Counted by a plain read: the batch's key rows beyond those it locked and made start
+      -- it over (1213: the shell retries the batch, whose keys_lock takes them in order).
+      SELECT COUNT(*) INTO v_key_rows
+        FROM (SELECT DISTINCT k FROM JSON_TABLE(v_keys, '$[*]' COLUMNS (
+                k VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) j) j
+        STRAIGHT_JOIN concurrency_resources r FORCE INDEX (uq_concurrency_resources_key)
+          ON r.namespace_id = p_namespace_id AND r.concurrency_key = j.k;
+      IF v_key_rows > @orbit_keys_locked + v_new_keys THEN
+        SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213,
+          MESSAGE_TEXT = 'a key row of this batch was made by another submission after the batch locked its keys; retry';
       END IF;
       INSERT INTO submit_first_mem (concurrency_key, seq)
       SELECT f.concurrency_key, MIN(f.seq) FROM submit_fast_mem f STRAIGHT_JOIN queues q ON q.id = f.queue_id
