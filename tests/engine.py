@@ -106,6 +106,19 @@ def handler_reads(conn) -> int:
         return sum(int(r["Value"]) for r in cur.fetchall())
 
 
+def lock_waiting(observer, connection_id: int) -> bool:
+    """Whether connection ``connection_id`` waits for a row lock now, as ``observer`` sees it.
+    InnoDB refreshes its information_schema tables only when they were last read more than
+    0.1 s before: a poller that reads faster keeps what its first read saw."""
+    with observer.cursor() as cur:
+        cur.execute(
+            "SELECT trx_state FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = %s",
+            (connection_id,),
+        )
+        row = cur.fetchone()
+    return bool(row) and row["trx_state"] == "LOCK WAIT"
+
+
 def call_reads(conn, procedure: str, *args) -> tuple[int, list[dict]]:
     """Call a procedure on ``conn``: the rows it read and its first result set."""
     before = handler_reads(conn)

@@ -19,7 +19,7 @@ import pymysql
 
 from orbit_shell.engine import db
 from orbit_shell.engine.schema import routine_name
-from tests.engine import Engine, submit_item
+from tests.engine import Engine, lock_waiting, submit_item
 
 LOCK_ROW = (
     "SELECT id FROM concurrency_resources WHERE namespace_id = %s AND concurrency_key = %s "
@@ -33,19 +33,12 @@ def deadlocks(conn) -> int:
         return int(cur.fetchone()["Value"])
 
 
-def waiting(conn, thread_id: int) -> None:
-    """Return once connection ``thread_id`` waits for a row lock. InnoDB refreshes what
-    innodb_trx shows only when it was last read more than 0.1 s ago."""
+def waiting(observer, thread_id: int) -> None:
+    """Return once connection ``thread_id`` waits for a row lock."""
     for _ in range(200):
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT COUNT(*) AS n FROM information_schema.innodb_trx "
-                "WHERE trx_mysql_thread_id = %s AND trx_state = 'LOCK WAIT'",
-                (thread_id,),
-            )
-            if cur.fetchone()["n"]:
-                return
-        time.sleep(0.15)
+        if lock_waiting(observer, thread_id):
+            return
+        time.sleep(0.15)  # slower than InnoDB's refresh of what lock_waiting reads
     raise AssertionError(f"connection {thread_id} never waited for a lock")
 
 

@@ -19,6 +19,7 @@ import time
 import pymysql
 
 from orbit_shell.engine import db, schema
+from tests.engine import lock_waiting
 
 # Resource ids far above any a test makes, so the shared database's own permits never meet them.
 BASE = 1 << 62
@@ -40,16 +41,6 @@ def _permit(attempt: int, kind: str, resource: int | None) -> str:
     scope = str(BASE + resource) if resource is not None else "1"
     now = "UTC_TIMESTAMP(6)"
     return f"SELECT {BASE + attempt}, '{kind}', {scope}, {exclusive}, {now}, {now}"
-
-
-def _waiting(observer, connection_id: int) -> bool:
-    with observer.cursor() as cur:
-        cur.execute(
-            "SELECT trx_state FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = %s",
-            (connection_id,),
-        )
-        row = cur.fetchone()
-    return bool(row) and row["trx_state"] == "LOCK WAIT"
 
 
 def replay(dsn: str) -> dict[str, str]:
@@ -88,13 +79,11 @@ def replay(dsn: str) -> dict[str, str]:
         thread.start()
         deadline = time.monotonic() + 10
         while "b" not in out:  # B ends, or waits for A
-            if _waiting(setup, b_id):
+            if lock_waiting(setup, b_id):
                 out["b_waited"] = "yes"
                 break
             assert time.monotonic() < deadline, "the second claim neither ended nor waited"
-            # InnoDB refreshes its information_schema tables only when they were last read more
-            # than 0.1 s before: polled faster, they keep what the first read saw.
-            time.sleep(0.15)
+            time.sleep(0.15)  # lock_waiting: slower than InnoDB's refresh
         try:
             with a.cursor() as cur:  # A's next grant
                 cur.execute(INSERT + _permit(5, "QUEUE", None))

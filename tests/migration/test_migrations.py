@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 
 import pymysql
 import pytest
@@ -21,6 +23,27 @@ def _rows(dsn: str, sql: str, args=()):
         with conn.cursor() as cur:
             cur.execute(sql, args)
             return cur.fetchall()
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _before(dsn: str, migration: str, queue: bool = False) -> Iterator:
+    """A cursor on a database migrated up to just before ``migration``, its routines not
+    installed; with ``queue``, application 1 and its queue 1 made on it first."""
+    earlier = [m for m in schema.migration_ids() if m < migration]
+    schema.apply(dsn, until=earlier[-1], install=False)
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            if queue:
+                now = "UTC_TIMESTAMP(6)"
+                cur.execute(f"INSERT INTO applications (name, created_at) VALUES ('legacy', {now})")
+                cur.execute(
+                    f"INSERT INTO queues (public_id, namespace_id, application_id, name, "
+                    f"created_at, updated_at) VALUES (REPEAT('a', 32), 1, 1, 'q', {now}, {now})"
+                )
+            yield cur
     finally:
         conn.close()
 
@@ -145,36 +168,25 @@ def test_tables_are_utf8mb4_and_keys_compare_byte_exactly(orbit_dsn):
 
 
 def test_k11_upgrade_backfills_legacy_rows(fresh_dsn):
-    before = [m for m in schema.migration_ids() if m < KEYED]
-    schema.apply(fresh_dsn, until=before[-1], install=False)
-    conn = db.connect(fresh_dsn)
-    try:
-        with conn.cursor() as cur:
-            now = "UTC_TIMESTAMP(6)"
-            cur.execute(f"INSERT INTO applications (name, created_at) VALUES ('legacy', {now})")
-            cur.execute(
-                f"INSERT INTO queues (public_id, namespace_id, application_id, name, "
-                f"created_at, updated_at) VALUES (REPEAT('a', 32), 1, 1, 'q', {now}, {now})"
-            )
-            cur.execute(
-                "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
-                "idempotency_key, handler, handler_version, payload_version, payload, "
-                "business_key, priority, state, lane, max_attempts, available_at, created_at, "
-                f"updated_at) VALUES (REPEAT('b', 32), 1, 1, 1, 'k', 'h', 'v1', 'v1', '{{}}', "
-                f"'order-7', 5, 'RUNNING', NULL, 3, {now}, {now}, {now})"
-            )
-            cur.execute(
-                "INSERT INTO worker_sessions (public_id, namespace_id, application_id, worker_id, "
-                "capacity, registration_sha256, created_at, last_seen_at) VALUES "
-                f"(REPEAT('c', 32), 1, 1, 'old-worker', 2, REPEAT('0', 64), {now}, {now})"
-            )
-            cur.execute(
-                "INSERT INTO attempts (public_id, task_id, namespace_id, application_id, "
-                "queue_id, session_id, attempt_number, state, lease_expires_at, created_at) "
-                f"VALUES (REPEAT('d', 32), 1, 1, 1, 1, 1, 1, 'RUNNING', {now}, {now})"
-            )
-    finally:
-        conn.close()
+    with _before(fresh_dsn, KEYED, queue=True) as cur:
+        now = "UTC_TIMESTAMP(6)"
+        cur.execute(
+            "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
+            "idempotency_key, handler, handler_version, payload_version, payload, "
+            "business_key, priority, state, lane, max_attempts, available_at, created_at, "
+            f"updated_at) VALUES (REPEAT('b', 32), 1, 1, 1, 'k', 'h', 'v1', 'v1', '{{}}', "
+            f"'order-7', 5, 'RUNNING', NULL, 3, {now}, {now}, {now})"
+        )
+        cur.execute(
+            "INSERT INTO worker_sessions (public_id, namespace_id, application_id, worker_id, "
+            "capacity, registration_sha256, created_at, last_seen_at) VALUES "
+            f"(REPEAT('c', 32), 1, 1, 'old-worker', 2, REPEAT('0', 64), {now}, {now})"
+        )
+        cur.execute(
+            "INSERT INTO attempts (public_id, task_id, namespace_id, application_id, "
+            "queue_id, session_id, attempt_number, state, lease_expires_at, created_at) "
+            f"VALUES (REPEAT('d', 32), 1, 1, 1, 1, 1, 1, 'RUNNING', {now}, {now})"
+        )
     with pytest.raises(schema.SchemaMismatch, match="older"):
         schema.check(fresh_dsn)
 
@@ -193,24 +205,18 @@ def test_h5_existing_keys_keep_limit_1_and_their_permits_slot_0(fresh_dsn):
     has limit 1 and its holder's attempt slot 0, and the routines find no policy for it. The
     new columns are added instantly (the migration says ALGORITHM=INSTANT), so the tables are
     not copied under a running server."""
-    before = [m for m in schema.migration_ids() if m < POLICIES]
-    schema.apply(fresh_dsn, until=before[-1], install=False)
-    conn = db.connect(fresh_dsn)
-    try:
-        with conn.cursor() as cur:
-            now = "UTC_TIMESTAMP(6)"
-            cur.execute(
-                "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
-                f"holder_attempt_id, created_at, updated_at) VALUES (1, 'k', 7, 1, {now}, {now})"
-            )
-            cur.execute(
-                "INSERT INTO attempts (public_id, task_id, namespace_id, application_id, "
-                "queue_id, session_id, attempt_number, concurrency_token, state, "
-                f"lease_expires_at, created_at) VALUES (REPEAT('d', 32), 1, 1, 1, 1, 1, 1, 7, "
-                f"'RUNNING', {now}, {now})"
-            )
-    finally:
-        conn.close()
+    with _before(fresh_dsn, POLICIES) as cur:
+        now = "UTC_TIMESTAMP(6)"
+        cur.execute(
+            "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
+            f"holder_attempt_id, created_at, updated_at) VALUES (1, 'k', 7, 1, {now}, {now})"
+        )
+        cur.execute(
+            "INSERT INTO attempts (public_id, task_id, namespace_id, application_id, "
+            "queue_id, session_id, attempt_number, concurrency_token, state, "
+            f"lease_expires_at, created_at) VALUES (REPEAT('d', 32), 1, 1, 1, 1, 1, 1, 7, "
+            f"'RUNNING', {now}, {now})"
+        )
     schema.apply(fresh_dsn)
     [key] = _rows(
         fresh_dsn,
@@ -229,36 +235,25 @@ def test_h5_existing_keys_keep_limit_1_and_their_permits_slot_0(fresh_dsn):
 def test_p3_upgrade_restarts_candidates_a_lowered_limit_left_parked(fresh_dsn):
     """A parked task left its key's candidate is READY again where its key has room; where the
     key is still full it stays parked and stops being the candidate, so a release promotes it."""
-    before = [m for m in schema.migration_ids() if m < PARKED]
-    schema.apply(fresh_dsn, until=before[-1], install=False)
-    conn = db.connect(fresh_dsn)
-    try:
-        with conn.cursor() as cur:
-            now = "UTC_TIMESTAMP(6)"
-            cur.execute(f"INSERT INTO applications (name, created_at) VALUES ('a', {now})")
+    with _before(fresh_dsn, PARKED, queue=True) as cur:
+        now = "UTC_TIMESTAMP(6)"
+        for task, key in ((1, "room"), (2, "full"), (3, "kept")):
             cur.execute(
-                f"INSERT INTO queues (public_id, namespace_id, application_id, name, "
-                f"created_at, updated_at) VALUES (REPEAT('a', 32), 1, 1, 'q', {now}, {now})"
+                "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
+                "idempotency_key, handler, handler_version, payload_version, payload, "
+                "concurrency_key, priority, state, lane, max_attempts, available_at, "
+                f"created_at, updated_at) VALUES (REPEAT('{task}', 32), 1, 1, 1, '{key}', "
+                f"'h', 'v1', 'v1', '{{}}', '{key}', 5, 'WAITING', "
+                f"IF({task} = 3, 'READY', 'BLOCKED'), 3, {now}, {now}, {now})"
             )
-            for task, key in ((1, "room"), (2, "full"), (3, "kept")):
-                cur.execute(
-                    "INSERT INTO tasks (public_id, namespace_id, application_id, queue_id, "
-                    "idempotency_key, handler, handler_version, payload_version, payload, "
-                    "concurrency_key, priority, state, lane, max_attempts, available_at, "
-                    f"created_at, updated_at) VALUES (REPEAT('{task}', 32), 1, 1, 1, '{key}', "
-                    f"'h', 'v1', 'v1', '{{}}', '{key}', 5, 'WAITING', "
-                    f"IF({task} = 3, 'READY', 'BLOCKED'), 3, {now}, {now}, {now})"
-                )
-            # room: limit 2, one holder; full: limit 1, one holder; kept: a READY candidate.
-            for key, limit, task in (("room", 2, 1), ("full", 1, 2), ("kept", 1, 3)):
-                cur.execute(
-                    "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
-                    "holder_attempt_id, candidate_task_id, key_limit, created_at, updated_at) "
-                    f"VALUES (1, '{key}', 1, IF('{key}' = 'kept', NULL, 9), {task}, {limit}, "
-                    f"{now}, {now})"
-                )
-    finally:
-        conn.close()
+        # room: limit 2, one holder; full: limit 1, one holder; kept: a READY candidate.
+        for key, limit, task in (("room", 2, 1), ("full", 1, 2), ("kept", 1, 3)):
+            cur.execute(
+                "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
+                "holder_attempt_id, candidate_task_id, key_limit, created_at, updated_at) "
+                f"VALUES (1, '{key}', 1, IF('{key}' = 'kept', NULL, 9), {task}, {limit}, "
+                f"{now}, {now})"
+            )
     schema.apply(fresh_dsn)
     keys = _rows(
         fresh_dsn,
