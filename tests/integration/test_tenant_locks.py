@@ -237,6 +237,42 @@ def test_a_report_claims_the_keys_its_results_promoted_and_skips_a_key_another_h
     assert later["task_id"] == task_b
 
 
+def test_a_report_whose_one_keyed_candidate_another_holds_leaves_it_ready(
+    tenant, database, orbit_dsn
+):
+    """The same with one key to lock, which keys_lock takes by a statement of its own: a
+    report that frees no key finds only B's READY candidate while another transaction holds
+    B's row, and grants nothing rather than wait for it."""
+    eng = Engine(database, tenant)
+    ns = tenant.namespace_id
+    key_b = "tl/b-" + secrets.token_hex(3)
+    session, _ = eng.hello(capacity=2)
+    eng.submit()
+    [plain] = eng.claim(session, 1)
+    eng.start(session, plain["attempt_id"])
+    task_b = eng.submit(key_b)
+    shell = _impatient(orbit_dsn)
+    hold = Held(
+        orbit_dsn,
+        (
+            "SELECT id FROM concurrency_resources WHERE namespace_id = %s"
+            " AND concurrency_key = %s FOR UPDATE",
+            (ns, key_b),
+        ),
+    )
+    try:
+        _, granted = shell.call(
+            "worker_report_claim", ns, session, succeeded_items([plain["attempt_id"]]), 1, 0
+        )[:2]
+        assert granted == []
+        assert eng.task(task_b)["lane"] == "READY"
+    finally:
+        hold.release()
+        shell.close()
+    [later] = eng.claim(session, 1)
+    assert later["task_id"] == task_b
+
+
 # Exact limits under concurrency ---------------------------------------------------------------
 
 
