@@ -31,8 +31,9 @@
 -- the token floors of the group's new keys (shared, key_floor's rule) and their new key rows
 -- (inserted in key order, each at its floor); then the new tasks and idempotency rows;
 -- then per remaining item those of task_submit_one (rows it holds already, a key it names
--- first, and the tasks it replaces, after their key). A key row made by another submission
--- after keys_lock is never waited for out of key order: the batch starts over (1213).
+-- first, and the tasks it replaces, after their key). When a key row of the batch was made
+-- by another submission after keys_lock, the group does not wait for it out of key order:
+-- the batch starts over (1213).
 -- Deadlocks and lock-wait timeouts roll back the whole batch; the shell retries it. A
 -- concurrent submission of one of its Idempotency-Keys makes the batch's insert of that record
 -- a duplicate once the other commits: the batch is rolled back and answered as a deadlock

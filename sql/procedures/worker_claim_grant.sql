@@ -424,8 +424,8 @@ BEGIN
       -- limit (a claim of one task, as every claim is below a worker's ceiling): attempt_grant's
       -- effects written here. Its frame, its second read of the task row (locked READY above)
       -- and of the queue, its checks for a key, a limit and a deadline, which the candidate's
-      -- read answered, and two history_add frames are a seventh of such a claim
-      -- (bench/README.md). Anything else takes the loop below.
+      -- read answered, and two history_add frames were 51 of such a claim's 216 steps, 5 of
+      -- its 31 SQL statements and 7-9% of its time. Anything else takes the loop below.
       single: BEGIN
         DECLARE v_number INT UNSIGNED;
         DECLARE v_expires DATETIME(6);

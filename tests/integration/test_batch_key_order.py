@@ -4,9 +4,9 @@ task_submit_many locks the key rows its batch names that exist (keys_lock, key o
 makes the missing ones. A key row another submission makes and commits in between is neither
 locked nor made by the batch; read under a lock afterwards, behind a row the batch holds past
 it, it closed a cycle with a transaction that had taken it first in key order and then waited
-for the batch's row: InnoDB killed one of the two (the benchmark's 10 hot keys met it about
-once in three runs, as the keys were first made). The batch now starts over (1213) instead,
-and the key-ordered transaction goes on. Real MariaDB, each party on its own connection."""
+for the batch's row: InnoDB killed one of the two (the benchmark's hot-key shape met it as
+its keys were first made). The batch starts over (1213) instead, and the key-ordered
+transaction goes on. Real MariaDB, each party on its own connection."""
 
 from __future__ import annotations
 
