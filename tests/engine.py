@@ -106,6 +106,13 @@ def handler_reads(conn) -> int:
         return sum(int(r["Value"]) for r in cur.fetchall())
 
 
+# A key's row held as a transaction of its own would hold it: (namespace id, key).
+KEY_ROW_LOCK = (
+    "SELECT id FROM concurrency_resources WHERE namespace_id = %s AND concurrency_key = %s "
+    "FOR UPDATE"
+)
+
+
 def lock_waiting(observer, connection_id: int) -> bool:
     """Whether connection ``connection_id`` waits for a row lock now, as ``observer`` sees it.
     InnoDB refreshes its information_schema tables only when they were last read more than

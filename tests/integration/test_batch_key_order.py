@@ -19,12 +19,7 @@ import pymysql
 
 from orbit_shell.engine import db
 from orbit_shell.engine.schema import routine_name
-from tests.engine import Engine, lock_waiting, submit_item
-
-LOCK_ROW = (
-    "SELECT id FROM concurrency_resources WHERE namespace_id = %s AND concurrency_key = %s "
-    "FOR UPDATE"
-)
+from tests.engine import KEY_ROW_LOCK, Engine, lock_waiting, submit_item
 
 
 def deadlocks(conn) -> int:
@@ -85,7 +80,7 @@ def test_a_batch_starts_over_rather_than_lock_a_key_row_made_after_its_keys_lock
         # 1. A holder keeps high's row, so the batch's keys_lock, which finds no row for low,
         #    waits at high's.
         with holder.cursor() as cur:
-            cur.execute(LOCK_ROW, (ns, high))
+            cur.execute(KEY_ROW_LOCK, (ns, high))
         items = [submit_item(eng.ids[eng.queue], key) for key in (low, high)]
         submitted, answer = in_thread(
             batch,
@@ -103,8 +98,8 @@ def test_a_batch_starts_over_rather_than_lock_a_key_row_made_after_its_keys_lock
                 pass
         # 3. A transaction takes low, then high, in key order: it waits behind the batch.
         with locker.cursor() as cur:
-            cur.execute(LOCK_ROW, (ns, low))
-        locked, taken = in_thread(locker, LOCK_ROW, (ns, high))
+            cur.execute(KEY_ROW_LOCK, (ns, low))
+        locked, taken = in_thread(locker, KEY_ROW_LOCK, (ns, high))
         waiting(watch, locker_id)
         # 4. The holder lets go: the batch gets high and meets low, which the locker holds.
         holder.rollback()

@@ -14,7 +14,14 @@ import pytest
 from orbit_shell import errors
 from orbit_shell.engine import db
 from orbit_shell.engine.db import Database
-from tests.engine import Engine, queue_counts, submit_args, submit_item, succeeded_items
+from tests.engine import (
+    KEY_ROW_LOCK,
+    Engine,
+    queue_counts,
+    submit_args,
+    submit_item,
+    succeeded_items,
+)
 
 
 class LockWait(AssertionError):
@@ -210,14 +217,7 @@ def test_a_report_claims_the_keys_its_results_promoted_and_skips_a_key_another_h
     assert first["task_id"] == tasks_a[0]
     eng.start(session, first["attempt_id"])
     shell = _impatient(orbit_dsn)
-    hold = Held(
-        orbit_dsn,
-        (
-            "SELECT id FROM concurrency_resources WHERE namespace_id = %s"
-            " AND concurrency_key = %s FOR UPDATE",
-            (ns, key_b),
-        ),
-    )
+    hold = Held(orbit_dsn, (KEY_ROW_LOCK, (ns, key_b)))
     try:
         _, [second] = shell.call(
             "worker_report_claim", ns, session, succeeded_items([first["attempt_id"]]), 1, 0
@@ -252,14 +252,7 @@ def test_a_report_whose_one_keyed_candidate_another_holds_leaves_it_ready(
     eng.start(session, plain["attempt_id"])
     task_b = eng.submit(key_b)
     shell = _impatient(orbit_dsn)
-    hold = Held(
-        orbit_dsn,
-        (
-            "SELECT id FROM concurrency_resources WHERE namespace_id = %s"
-            " AND concurrency_key = %s FOR UPDATE",
-            (ns, key_b),
-        ),
-    )
+    hold = Held(orbit_dsn, (KEY_ROW_LOCK, (ns, key_b)))
     try:
         _, granted = shell.call(
             "worker_report_claim", ns, session, succeeded_items([plain["attempt_id"]]), 1, 0
