@@ -52,7 +52,8 @@ def _unsettled(database, queue: str) -> list[dict]:
     what a failure needs to tell a lost promotion from a lost claim."""
     rows = database.query(
         "SELECT t.id, t.state, t.lane, t.available_at, t.attempts_used, t.concurrency_key, "
-        "r.key_limit, r.holder_attempt_id, r.slot_holders, r.candidate_task_id "
+        "r.id AS resource_id, r.key_limit, r.holder_attempt_id, r.slot_holders, "
+        "r.candidate_task_id "
         "FROM tasks t JOIN queues q ON q.id = t.queue_id "
         "LEFT JOIN concurrency_resources r ON r.namespace_id = t.namespace_id "
         "AND r.concurrency_key = t.concurrency_key "
@@ -66,10 +67,8 @@ def _unsettled(database, queue: str) -> list[dict]:
             (row["id"],),
         )
         row["slots"] = database.query(
-            "SELECT s.slot, s.attempt_id FROM key_slots s JOIN concurrency_resources r "
-            "ON r.id = s.resource_id WHERE r.namespace_id = "
-            "(SELECT namespace_id FROM tasks WHERE id = %s) AND r.concurrency_key = %s",
-            (row["id"], row["concurrency_key"]),
+            "SELECT slot, attempt_id FROM key_slots WHERE resource_id = %s ORDER BY slot",
+            (row["resource_id"],),
         )
     return rows
 
