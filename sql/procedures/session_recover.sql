@@ -6,16 +6,13 @@
 -- namespace and its own rows only, so a claim never holds one session's rows while it
 -- recovers another session's attempt, nor a recovered key while it locks its candidates'.
 -- Most claims find nothing to recover: one plain read over the session's queues
--- (session_recovery_due, the probe's) says so, and the per-queue walks run only then.
--- Params: namespace, session internal id, how many queues the session has and the least of
---   them (read by the caller with the session: the probe asks one queue by key when there is
---   one). Out: 1 when the probe found something to recover (the walks ran), else 0. No result
---   set.
+-- (session_recovery_due, the probe's), which the caller asks first, says so, and this walk is
+-- called only then (its frame on every claim cost about what a statement does: sql/README.md,
+-- "What a call costs").
+-- Params: namespace, session internal id. No result set.
 -- Locks, per item: namespace_gate's, then attempt_recover's, or task_enter_due's (the key row,
 --   then the task row).
-CREATE PROCEDURE session_recover(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED,
-                                 IN p_queues INT UNSIGNED, IN p_only_queue BIGINT UNSIGNED,
-                                 OUT p_due TINYINT)
+CREATE PROCEDURE session_recover(IN p_namespace_id BIGINT UNSIGNED, IN p_session_id BIGINT UNSIGNED)
   MODIFIES SQL DATA SQL SECURITY DEFINER
 BEGIN
   DECLARE v_queue BIGINT UNSIGNED DEFAULT 0;
@@ -26,9 +23,7 @@ BEGIN
   DECLARE v_now DATETIME(6) DEFAULT UTC_TIMESTAMP(6);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
-  CALL session_recovery_due(p_session_id, IF(p_queues = 1, p_only_queue, 0), v_now, p_due);
   recovery_queues: LOOP
-    IF NOT p_due THEN LEAVE recovery_queues; END IF;
     SET v_next = NULL;
     SELECT MIN(queue_id) INTO v_next FROM worker_session_queues
      WHERE session_id = p_session_id AND queue_id > v_queue;

@@ -1,7 +1,9 @@
 -- worker_account_check: refuse a direct worker account acting outside its namespaces (L4).
 -- Called first by every routine a direct worker account may EXECUTE (the worker routines),
 -- before their transaction. Those routines run SQL SECURITY DEFINER, so inside them
--- CURRENT_USER() is the definer and USER() the account that called.
+-- CURRENT_USER() is the definer and USER() the account that called. They call it only when
+-- the two differ: the definer's own calls (the HTTP routes, the scheduler) are most calls, and
+-- a CALL frame costs about what a statement does (sql/README.md, "What a call costs").
 --   * the definer's own user (orbit and orbit-migrate) passes without a read;
 --   * an account listed in worker_accounts passes only for a namespace it is bound to;
 --   * any other account passes: it was given EXECUTE by hand, not by orbit-admin, and the

