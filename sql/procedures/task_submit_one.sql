@@ -223,8 +223,12 @@ BEGIN
       CALL history_add(v_task, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'CANCELLED', p_actor,
                        'if_busy=skip: the key was busy (KEY_BUSY)');
     ELSE
-      CALL history_add(v_task, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'WAITING',
-                       p_actor, CONCAT('lane=', v_lane));
+      -- history_add's row, written here and stamped as the task is: a CALL frame costs about
+      -- what a statement does (sql/README.md, "What a call costs").
+      INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
+                                from_state, to_state, actor, details, created_at)
+        VALUES (v_task, p_namespace_id, NULL, NULL, 'SUBMITTED', NULL, 'WAITING', p_actor,
+                CONCAT('lane=', v_lane), v_now);
     END IF;
     SET p_task_id = v_task, p_created = 1;
   END IF;

@@ -449,15 +449,18 @@ BEGIN
                            attempts_used = v_number, current_attempt_id = v_first_attempt,
                            updated_at = v_now
            WHERE id = v_next;
-          INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
-                                    from_state, to_state, actor, details, created_at)
-            VALUES (v_next, p_namespace_id, v_first_attempt, NULL, 'CLAIMED', 'WAITING', 'LEASED',
-                    v_actor, NULL, v_now);
           IF p_start THEN
             INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                                       from_state, to_state, actor, details, created_at)
-              VALUES (v_next, p_namespace_id, v_first_attempt, NULL, 'STARTED', 'LEASED', 'RUNNING',
-                      v_actor, NULL, v_now);
+              VALUES (v_next, p_namespace_id, v_first_attempt, NULL, 'CLAIMED', 'WAITING',
+                      'LEASED', v_actor, NULL, v_now),
+                     (v_next, p_namespace_id, v_first_attempt, NULL, 'STARTED', 'LEASED',
+                      'RUNNING', v_actor, NULL, v_now);
+          ELSE
+            INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
+                                      from_state, to_state, actor, details, created_at)
+              VALUES (v_next, p_namespace_id, v_first_attempt, NULL, 'CLAIMED', 'WAITING',
+                      'LEASED', v_actor, NULL, v_now);
           END IF;
         END IF;
       END single;
