@@ -51,7 +51,9 @@ def claims(database, tenant, start: int, limited: bool) -> dict:
         task["history"] = database.query(
             "SELECT h.event, h.from_state, h.to_state, h.actor = CONCAT('session:', %s) AS actor, "
             "h.attempt_id = t.current_attempt_id AS of_attempt, h.concurrency_token, h.details, "
-            "h.created_at >= a.created_at AS after_grant "
+            # Each row bears the instant of what it records: the submission's the task's
+            # creation, the grant's (and a start with it) the attempt's.
+            "h.created_at = IF(h.event = 'SUBMITTED', t.created_at, a.created_at) AS stamped "
             "FROM task_history h JOIN tasks t ON t.id = h.task_id "
             "JOIN attempts a ON a.id = t.current_attempt_id WHERE t.public_id = %s "
             "ORDER BY h.id",
@@ -77,5 +79,6 @@ def test_w3_a_claim_of_one_leaves_what_attempt_grant_leaves(database, tenant_fac
     assert [h["event"] for h in inline["rows"][1]["history"]] == (
         ["SUBMITTED", "CLAIMED", "STARTED"] if start else ["SUBMITTED", "CLAIMED"]
     )
+    assert all(h["stamped"] for h in inline["rows"][1]["history"])
     for part in inline:
         assert inline[part] == granted[part], part
