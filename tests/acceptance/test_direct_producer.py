@@ -5,6 +5,7 @@ submits to its own namespace and does nothing else (L4)."""
 
 from __future__ import annotations
 
+import json
 import secrets
 from urllib.parse import urlparse
 
@@ -18,7 +19,7 @@ from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import ApiError, NotFoundError, SubmitReceipt, SubmitTaskRequest
 from orbit_shell.sdk.producer import SUBMIT_PROTOCOL, DirectProducer
 from tests.conftest import make_tenant
-from tests.engine import submit_args
+from tests.engine import submit_args, submit_item
 from tests.helpers import account_dsn, answer_protocol
 
 
@@ -170,14 +171,27 @@ def test_w9_the_account_records_itself_and_submits_to_its_namespace_only(
             ):
                 with pytest.raises(pymysql.MySQLError, match="denied"):
                     cur.execute(denied)
-            mine = database.query("SELECT id FROM queues WHERE public_id = %s", (tenant.queue_id,))
-            with pytest.raises(pymysql.MySQLError, match="NOT_FOUND"):  # submit as the other
+            # Submit into the other's namespace and queue, by their real ids: only the account
+            # check can refuse it.
+            [theirs] = database.query(
+                "SELECT id FROM queues WHERE public_id = %s", (other.queue_id,)
+            )
+            with pytest.raises(pymysql.MySQLError, match="NOT_FOUND: namespace not found"):
                 cur.execute(
                     f"CALL {routine_name('task_submit')}({', '.join(['%s'] * 20)})",
-                    submit_args(other.namespace_id, mine[0]["id"], "theirs-direct"),
+                    submit_args(other.namespace_id, theirs["id"], "theirs-direct"),
+                )
+            with pytest.raises(pymysql.MySQLError, match="NOT_FOUND: namespace not found"):
+                cur.execute(
+                    f"CALL {routine_name('task_submit_many')}(%s, 'x', %s)",
+                    (other.namespace_id, json.dumps([submit_item(theirs["id"])])),
                 )
     finally:
         conn.close()
+    [count] = database.query(
+        "SELECT COUNT(*) AS n FROM tasks WHERE namespace_id = %s", (other.namespace_id,)
+    )
+    assert count["n"] == 0  # nothing reached the other's namespace
 
 
 @pytest.mark.parametrize(

@@ -769,9 +769,9 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
     orbit_server, tenant, tenant_factory, worker_dsn, database
 ):
     """L4: an account orbit-admin made for tenant A gets nothing of tenant B's: it cannot
-    resolve B's names, say hello, claim or probe in B's namespace, or act on B's attempt,
-    even by B's ids (the routines run with their definer's rights, so they check who called).
-    Tenant A's own work goes on. Bound to B as well, it may act for B."""
+    resolve B's names, nor call any worker routine in B's namespace, even with B's session and
+    attempt (the routines run with their definer's rights, so each checks a caller that is not
+    the definer). Tenant A's own work goes on. Bound to B as well, it may act for B."""
     b = tenant_factory()
     api_b = Client(orbit_server, b.token)
     try:
@@ -780,27 +780,8 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
         api_b.close()
     with pytest.raises(NotFoundError):
         MysqlTransport(worker_dsn, b.application, "test", b.namespace)
-    conn = db.connect(worker_dsn)
-    try:
-        with conn.cursor() as cur:
-            for sql, args in (
-                (
-                    f"CALL {routine_name('worker_hello')}(%s, %s, 'intruder', 4, 1, %s, 'x', NULL)",
-                    (b.namespace_id, b.application_id, json.dumps([b.queue_id])),
-                ),
-                (
-                    f"CALL {routine_name('worker_claim')}(%s, REPEAT('0', 32), 10, 0)",
-                    (b.namespace_id,),
-                ),
-                (f"CALL {routine_name('session_ready')}(%s, REPEAT('0', 32))", (b.namespace_id,)),
-                (f"CALL {routine_name('worker_goodbye')}(%s, REPEAT('0', 32))", (b.namespace_id,)),
-            ):
-                with pytest.raises(pymysql.err.MySQLError) as info:
-                    cur.execute(sql, args)
-                assert "NOT_FOUND" in str(info.value.args[1]), sql
-    finally:
-        conn.close()
-    # B's session, made over HTTP, with a leased attempt: A's account cannot touch it.
+    # B's session, made over HTTP, with a leased attempt: every worker routine refuses A's
+    # account B's real ids, so that nothing but the account check can be what refuses it.
     session_b = database.call(
         "worker_hello",
         b.namespace_id,
@@ -813,17 +794,38 @@ def test_l4_a_direct_worker_account_acts_only_for_its_namespace(
         None,
     )[0][0]["session_id"]
     [granted] = database.call("worker_claim", b.namespace_id, session_b, 1, 0)[0]
+    attempt = granted["attempt_id"]
+    result = json.dumps(
+        [{"attempt_id": attempt, "outcome": "succeeded", "retryable": 0, "result": "", "error": ""}]
+    )
     conn = db.connect(worker_dsn)
     try:
         with conn.cursor() as cur:
-            with pytest.raises(pymysql.err.MySQLError) as info:
-                cur.execute(
-                    f"CALL {routine_name('attempt_start')}(%s, %s, %s)",
-                    (b.namespace_id, session_b, granted["attempt_id"]),
-                )
-            assert "NOT_FOUND" in str(info.value.args[1])
+            for routine, args in (
+                (
+                    "worker_hello",
+                    (b.application_id, "intruder", 4, 1, json.dumps([b.queue_id]), "x", None),
+                ),
+                ("worker_claim", (session_b, 10, 0)),
+                ("session_ready", (session_b,)),
+                ("attempt_start", (session_b, attempt)),
+                ("attempt_start_many", (session_b, json.dumps([attempt]), 0)),
+                ("attempt_renew", (session_b, attempt)),
+                ("attempt_result", (session_b, attempt, "succeeded", 0, None, None)),
+                ("attempt_result_many", (session_b, result)),
+                ("worker_report_claim", (session_b, result, 1, 1)),
+                ("worker_goodbye", (session_b,)),
+            ):
+                marks = ", ".join(["%s"] * (1 + len(args)))
+                with pytest.raises(pymysql.err.MySQLError) as info:
+                    cur.execute(f"CALL {routine_name(routine)}({marks})", (b.namespace_id, *args))
+                assert "NOT_FOUND: namespace not found" in str(info.value.args[1]), routine
     finally:
         conn.close()
+    [session] = database.query(
+        "SELECT state FROM worker_sessions WHERE public_id = %s", (session_b,)
+    )
+    assert session["state"] == "OPEN"  # B's session was not closed by A's account
     [row] = database.query("SELECT state FROM tasks WHERE public_id = %s", (task_b,))
     assert row["state"] == "LEASED"  # B's attempt was not started by A's account
     direct = MysqlTransport(worker_dsn, tenant.application, "test", tenant.namespace)
