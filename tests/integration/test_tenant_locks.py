@@ -5,6 +5,7 @@ MariaDB; the blocker is a second connection holding the rows."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import threading
@@ -55,6 +56,18 @@ class Held:
         if self.conn.open:
             self.conn.rollback()
             self.conn.close()
+
+
+@contextlib.contextmanager
+def _key_row_held(dsn: str, namespace_id: int, key: str):
+    """An impatient shell (``_impatient``) while another transaction holds ``key``'s row."""
+    shell = _impatient(dsn)
+    hold = Held(dsn, (KEY_ROW_LOCK, (namespace_id, key)))
+    try:
+        yield shell
+    finally:
+        hold.release()
+        shell.close()
 
 
 def _tenant_rows(eng: Engine) -> list[tuple[str, tuple]]:
@@ -216,9 +229,7 @@ def test_a_report_claims_the_keys_its_results_promoted_and_skips_a_key_another_h
     [first] = eng.claim(session, 1)
     assert first["task_id"] == tasks_a[0]
     eng.start(session, first["attempt_id"])
-    shell = _impatient(orbit_dsn)
-    hold = Held(orbit_dsn, (KEY_ROW_LOCK, (ns, key_b)))
-    try:
+    with _key_row_held(orbit_dsn, ns, key_b) as shell:
         _, [second] = shell.call(
             "worker_report_claim", ns, session, succeeded_items([first["attempt_id"]]), 1, 0
         )[:2]
@@ -230,9 +241,6 @@ def test_a_report_claims_the_keys_its_results_promoted_and_skips_a_key_another_h
         )[:2]
         assert [g["task_id"] for g in granted] == [tasks_a[2]]
         assert eng.task(task_b)["lane"] == "READY"
-    finally:
-        hold.release()
-        shell.close()
     [later] = eng.claim(session, 2)
     assert later["task_id"] == task_b
 
@@ -251,17 +259,12 @@ def test_a_report_whose_one_keyed_candidate_another_holds_leaves_it_ready(
     [plain] = eng.claim(session, 1)
     eng.start(session, plain["attempt_id"])
     task_b = eng.submit(key_b)
-    shell = _impatient(orbit_dsn)
-    hold = Held(orbit_dsn, (KEY_ROW_LOCK, (ns, key_b)))
-    try:
+    with _key_row_held(orbit_dsn, ns, key_b) as shell:
         _, granted = shell.call(
             "worker_report_claim", ns, session, succeeded_items([plain["attempt_id"]]), 1, 0
         )[:2]
         assert granted == []
         assert eng.task(task_b)["lane"] == "READY"
-    finally:
-        hold.release()
-        shell.close()
     [later] = eng.claim(session, 1)
     assert later["task_id"] == task_b
 
