@@ -192,7 +192,9 @@ BEGIN
         END IF;
         -- The grant's history written here, stamped at the grant's instant as its attempt is:
         -- one statement where two history_add CALLs were four (sql/README.md, "What a call
-        -- costs").
+        -- costs"). VALUES in each branch rather than one INSERT ... SELECT of both rows: an
+        -- insert whose row count is known holds no table AUTO-INC lock to its end, which every
+        -- other history insert would wait for (sql/README.md, "Lock order").
         IF p_start THEN
           INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                                     from_state, to_state, actor, details, created_at)
