@@ -10,10 +10,11 @@ batches of 100 (``POST /v1/tasks/batch`` / a ``group`` of 100), 1,000 keys and 1
 and its paced submit-to-start are measured on Orbit's side over HTTP and again with no HTTP at
 all (``DirectProducer`` and the SDK workers' MySQL transport), which is how Celery's clients
 talk to Redis. It also runs with the direct producer and the workers over HTTP, and the direct
-producer's submissions and the HTTP floor's run with no worker; each of these four is followed
-by a round of Celery's best pool, and its ratios are to that round. The no-HTTP run less the
-direct producer's submissions is what Orbit's worker side costs a task, and the HTTP floor's
-submission plus that is the least one task per call over HTTP can cost with Orbit's worker.
+producer's submissions, the HTTP floor's and the SPEC floor's run with no worker; each of these
+five is followed by a round of Celery's best pool, and its ratios are to that round. The no-HTTP
+run less the direct producer's submissions is what Orbit's worker side costs a task, and the
+HTTP floor's submission plus that is the least one task per call over HTTP can cost with
+Orbit's worker (the SPEC floor's plus that, the least for a submission doing what SPEC asks).
 Submit-to-start is measured again at 200 tasks/s: on a slow day 450/s is past one side's
 ceiling or the other's, and its latency is then a backlog's. The paced lines and the one task
 per call line say each side's CPU a task and how many tasks Orbit's claims and reports carried:
@@ -93,6 +94,16 @@ def _floor(bench: Bench) -> dict:
     )
 
 
+def _spec_floor(bench: Bench) -> dict:
+    """The SPEC floor's (``bench/http_floor.py``, ``spec_serving``): as ``_floor``, with the
+    least SPEC asks of each submission (credential, Idempotency-Key, input checks, task and
+    history rows): what any submission that does what SPEC asks costs over HTTP."""
+    tasks = SHAPES["one_per_call"][0]
+    return http_floor.floor_submissions(
+        bench.dsn, bench.db, bench.token, secrets.token_hex(16), tasks, 8, run_threads, "spec"
+    )
+
+
 def _direct_submissions(bench: Bench, url: str) -> dict:
     """The direct producer's single submissions from the same 8 producers, no worker: what the
     no-HTTP run's submissions cost, so the rest of that run's CPU is the worker side's. Into a
@@ -154,6 +165,7 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
                 ("one_per_call_direct", functools.partial(one, True)),
                 ("one_per_call_mysql", functools.partial(one, True, True)),
                 ("http_floor", functools.partial(_floor, bench)),
+                ("spec_floor", functools.partial(_spec_floor, bench)),
                 ("direct_submissions", functools.partial(_direct_submissions, bench, url)),
             ):
                 mine[name] = measure()
@@ -173,7 +185,7 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
         # each part in its own neighbour Celery round's whole task.
         cpu_ratio = {
             name: ratio(name, name, "cpu_ms_per_task")
-            for name in ("one_per_call_mysql", "direct_submissions", "http_floor")
+            for name in ("one_per_call_mysql", "direct_submissions", "http_floor", "spec_floor")
         }
         worker_ratio = cpu_ratio["one_per_call_mysql"] - cpu_ratio["direct_submissions"]
         out[setting] = {
@@ -198,8 +210,11 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
             "worker_side_cpu_ms": mine["one_per_call_mysql"]["cpu_ms_per_task"]
             - mine["direct_submissions"]["cpu_ms_per_task"],
             "worker_side_cpu_ratio": worker_ratio,
-            # The least an HTTP submission of this shape and Orbit's worker cost together.
+            # The least an HTTP submission of this shape and Orbit's worker cost together; and
+            # the least one that does what SPEC asks.
             "http_least_cpu_ratio": cpu_ratio["http_floor"] + worker_ratio,
+            "spec_floor_cpu_per_task_ratio": cpu_ratio["spec_floor"],
+            "spec_least_cpu_ratio": cpu_ratio["spec_floor"] + worker_ratio,
         }
         _print(setting, out[setting])
     return out
@@ -251,6 +266,11 @@ def _print(setting: str, r: dict) -> None:
         "Celery's whole task, and with the HTTP floor's submission "
         f"{r['http_least_cpu_ratio']:.2f}x: the least one task per call over HTTP costs with "
         "Orbit's worker",
+        f"celery ({setting} Redis): the SPEC floor's submissions alone (what SPEC asks, no "
+        f"worker): {o['spec_floor']['per_s']:,.0f}/s, CPU "
+        f"{o['spec_floor']['cpu_ms_per_task']:.2f} ms = "
+        f"{r['spec_floor_cpu_per_task_ratio']:.2f}x Celery's whole task; with Orbit's worker "
+        f"side {r['spec_least_cpu_ratio']:.2f}x",
         f"celery ({setting} Redis): submit-to-start p50 at {PACED:.0f} tasks/s: Orbit "
         f"{o['paced']['submit_to_start_p50_ms']:.1f} ms, {o['paced']['tasks_per_s']:,.0f} done "
         f"a second, {o['paced']['cpu_ms_per_task']:.2f} ms a task / Celery "

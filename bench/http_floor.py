@@ -11,12 +11,22 @@ same producers (the SDK client's ``submit_task``, 8 threads) to a server and tim
 no worker running; run against Orbit and against this floor in one invocation, the ratio says
 what Orbit's submission costs beyond the least, and the floor's own rate bounds what any design
 of this shape submits one request at a time on this machine.
+
+The **SPEC floor** variant (``spec_serving``) does the least SPEC asks of ``POST /v1/tasks``:
+the bearer token parsed and hashed, the Idempotency-Key and body checked, the request's
+fingerprint, and ``spec_submit_as`` (``bench/spec_floor.py``: the credential, its scope and the
+queue read in one statement, the key looked up and recorded, task and history rows, a 201 or a
+replay's 200 with the receipt). Beside Orbit and the floor, it says how much of what Orbit
+spends beyond the floor any design that does what SPEC asks spends too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -29,12 +39,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import falcon  # noqa: E402
+import floor  # noqa: E402
 from e2e import start_server  # noqa: E402
 from measures import cpu_sample  # noqa: E402
 
+from orbit_shell import errors  # noqa: E402
 from orbit_shell.cli.server import OrbitServer  # noqa: E402
+from orbit_shell.engine import db  # noqa: E402
 from orbit_shell.sdk.client import Client  # noqa: E402
 from orbit_shell.sdk.models import SubmitTaskRequest  # noqa: E402
+from orbit_shell.server.auth import bearer  # noqa: E402
 from orbit_shell.server.config import Config  # noqa: E402
 
 
@@ -61,15 +75,87 @@ class FloorSubmit:
         }
 
 
+IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,255}$")
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+STATUS = {
+    "UNAUTHENTICATED": falcon.HTTP_401,
+    "PERMISSION_DENIED": falcon.HTTP_403,
+    "NOT_FOUND": falcon.HTTP_404,
+    "IDEMPOTENCY_CONFLICT": falcon.HTTP_409,
+}
+
+
+def _text(body: dict, name: str, most: int) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not 0 < len(value) <= most:
+        raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description=name)
+    return value
+
+
+class SpecSubmit:
+    """``POST /v1/tasks``: the least SPEC asks of a submission (the module's docstring)."""
+
+    def __init__(self, database, routine: str) -> None:
+        self.db, self.routine = database, routine
+
+    def on_post(self, req, resp) -> None:
+        try:
+            credential, sha256 = bearer(req.get_header("Authorization"))
+        except errors.OrbitError as exc:
+            raise falcon.HTTPUnauthorized(title="UNAUTHENTICATED") from exc
+        key = req.get_header("Idempotency-Key") or ""
+        if not IDEMPOTENCY_KEY.match(key):
+            raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="Idempotency-Key")
+        body = req.get_media()
+        if not isinstance(body, dict) or "payload" not in body:
+            raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="body")
+        queue = _text(body, "queue_id", 32)
+        if not HEX32.match(queue):
+            raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="queue_id")
+        handler = _text(body, "handler", 200)
+        versions = _text(body, "handler_version", 64), _text(body, "payload_version", 64)
+        priority = body.get("priority", 5)
+        if type(priority) is not int or not 0 <= priority <= 9:
+            raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="priority")
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        fingerprint = hashlib.sha256(canonical.encode()).hexdigest()
+        try:
+            [[row]] = self.db.call(
+                self.routine, credential, sha256, queue, key, fingerprint,
+                json.dumps(body["payload"]), handler, *versions, priority,
+            )  # fmt: skip
+        except errors.OrbitError as exc:
+            raise falcon.HTTPError(STATUS.get(exc.code, falcon.HTTP_500), title=exc.code) from exc
+        resp.status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
+        resp.media = {
+            "data": {
+                "task_id": row["task_id"],
+                "queue_id": queue,
+                "state": row["state"],
+                "handler": handler,
+                "handler_version": versions[0],
+                "payload_version": versions[1],
+                "priority": priority,
+                "created_at": row["created_at"].isoformat() + "Z",
+            },
+            "request_id": secrets.token_hex(16),
+        }
+
+
 class FloorServer(OrbitServer):
-    """``orbit``'s gunicorn settings and worker class, serving the floor app."""
+    """``orbit``'s gunicorn settings and worker class, serving the floor app (``FLOOR_KIND``
+    ``spec``: the SPEC floor's)."""
 
     def load(self):
         from orbit_shell.engine.db import Database
 
         app = falcon.App()
         floor = os.environ["FLOOR_DATABASE"]
-        app.add_route("/v1/tasks", FloorSubmit(Database(self.config.dsn), f"{floor}.submit"))
+        database = Database(self.config.dsn)
+        if os.environ.get("FLOOR_KIND") == "spec":
+            app.add_route("/v1/tasks", SpecSubmit(database, f"{floor}.spec_submit_as"))
+        else:
+            app.add_route("/v1/tasks", FloorSubmit(database, f"{floor}.submit"))
         app.add_route("/readyz", Ready())
         return app
 
@@ -79,8 +165,11 @@ class Ready:
         resp.media = {"data": {"ready": True}}
 
 
-def start(dsn: str, floor_database: str, workers: int) -> tuple[subprocess.Popen, str]:
-    """Run ``python bench/http_floor.py`` (the floor server) on a free port; its URL."""
+def start(
+    dsn: str, floor_database: str, workers: int, kind: str = "floor"
+) -> tuple[subprocess.Popen, str]:
+    """Run ``python bench/http_floor.py`` (the floor server, or the SPEC floor's: ``kind``
+    ``spec``) on a free port; its URL."""
     return start_server(
         dsn,
         workers,
@@ -89,6 +178,7 @@ def start(dsn: str, floor_database: str, workers: int) -> tuple[subprocess.Popen
             "ORBIT_SWEEP_INTERVAL": "0",
             "ORBIT_SCHEDULE_INTERVAL": "0",
             "FLOOR_DATABASE": floor_database,
+            "FLOOR_KIND": kind,
         },
         name="bench-floor-server",
     )
@@ -132,8 +222,6 @@ def submit_only(
 def serving(dsn: str, database, workers: int = 4) -> Iterator[tuple[subprocess.Popen, str]]:
     """A floor server for the block, on the server of ``dsn``: ``(its Popen, its URL)``; it is
     stopped and its scratch database (``floor.install``) dropped afterwards."""
-    import floor
-
     scratch = floor.install(dsn)
     proc, url = start(dsn, scratch, workers)
     try:
@@ -144,11 +232,58 @@ def serving(dsn: str, database, workers: int = 4) -> Iterator[tuple[subprocess.P
         database.query(f"DROP DATABASE `{scratch}`")
 
 
+@contextlib.contextmanager
+def spec_serving(
+    dsn: str, database, token: str, queue_id: str, workers: int = 4
+) -> Iterator[tuple[subprocess.Popen, str]]:
+    """A SPEC floor server for the block, accepting ``token`` (``tasks:submit``) for the queue
+    ``queue_id``, as ``serving``."""
+    import spec_floor
+
+    scratch = floor.install(dsn, spec_floor.DDL)
+    public_id, sha256 = bearer(f"Bearer {token}")
+    conn = db.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"INSERT INTO `{scratch}`.spec_apps VALUES (1, NULL, NULL)")
+            cur.execute(
+                f"INSERT INTO `{scratch}`.spec_queues VALUES (1, 1, NULL, NULL, 30, %s)",
+                (queue_id,),
+            )
+            cur.execute(
+                f"INSERT INTO `{scratch}`.spec_credentials (public_id, app, secret_sha256, scopes)"
+                " VALUES (%s, 1, %s, 'tasks:submit')",
+                (public_id, sha256),
+            )
+        conn.commit()
+    finally:
+        conn.close()
+    proc, url = start(dsn, scratch, workers, kind="spec")
+    try:
+        yield proc, url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        database.query(f"DROP DATABASE `{scratch}`")
+
+
 def floor_submissions(
-    dsn: str, database, token: str, queue_id: str, tasks: int, producers: int, run_threads
+    dsn: str,
+    database,
+    token: str,
+    queue_id: str,
+    tasks: int,
+    producers: int,
+    run_threads,
+    kind: str = "floor",
 ) -> dict[str, float]:
-    """``submit_only`` against a floor server started for the call (``serving``)."""
-    with serving(dsn, database) as (_, url):
+    """``submit_only`` against a floor server started for the call (``serving``; ``kind``
+    ``spec``: ``spec_serving``)."""
+    if kind == "spec":
+        serve = spec_serving(dsn, database, token, queue_id)
+    else:
+        serve = serving(dsn, database)
+    with serve as (_, url):
         return submit_only(url, token, queue_id, tasks, producers, run_threads)
 
 

@@ -13,7 +13,8 @@ On the bench's `orbit` server, in one run:
   submission, a claim of one task, a report of one result and a claim that finds nothing;
 * **the same against the HTTP floor** (``bench/http_floor.py``: gunicorn, gevent and Falcon
   in front of the least durable submission, two rows in one transaction): what the shape
-  costs before Orbit does anything;
+  costs before Orbit does anything; and against the SPEC floor's (the same server doing only
+  what SPEC asks of a submission): what any design of this shape pays for SPEC;
 * **a worker round**: one SDK worker process drains the submitted tasks; CPU per task of the
   worker, gunicorn and mariadbd;
 * **where the Python CPU goes**: the same two loads again under ``py-spy`` (sampling from
@@ -294,6 +295,8 @@ def run_layers(bench: Bench, url: str, server: int) -> dict:
     }
     with http_floor.serving(bench.dsn, bench.db) as (proc, floor_url):
         results["floor"] = submissions(bench, floor_url, queues[1], proc.pid, sampled=False)
+    with http_floor.spec_serving(bench.dsn, bench.db, bench.token, queues[1]) as (proc, spec):
+        results["spec_floor"] = submissions(bench, spec, queues[1], proc.pid, sampled=False)
     results["round"] = drain(bench, url, queues[1], server, sampled=False)
     results["submissions_sampled"] = submissions(bench, url, queues[2], server, sampled=True)
     results["round_sampled"] = drain(bench, url, queues[2], server, sampled=True)
@@ -324,13 +327,13 @@ def report(r: dict) -> None:
         f"a claim that finds nothing {c['empty_claim_steps']} ({c['empty_claim_sql']})",
         flush=True,
     )
-    low = r["floor"]
-    print(
-        f"layers: the same against the HTTP floor, {low['tasks_per_s']:.0f} tasks/s; CPU ms a "
-        f"task: producers {low['producers_cpu_ms']:.2f}, gunicorn {low['gunicorn_cpu_ms']:.2f}, "
-        f"mariadbd {low['mariadbd_cpu_ms']:.2f}",
-        flush=True,
-    )
+    for name, low in (("the HTTP floor", r["floor"]), ("the SPEC floor's", r["spec_floor"])):
+        print(
+            f"layers: the same against {name}, {low['tasks_per_s']:.0f} tasks/s; CPU ms a "
+            f"task: producers {low['producers_cpu_ms']:.2f}, gunicorn "
+            f"{low['gunicorn_cpu_ms']:.2f}, mariadbd {low['mariadbd_cpu_ms']:.2f}",
+            flush=True,
+        )
     print(
         f"layers: a worker round (1 SDK worker, capacity 100), {rnd['tasks_per_s']:.0f} "
         f"tasks/s; CPU ms a task: worker {rnd['worker_cpu_ms']:.2f}, gunicorn "

@@ -337,15 +337,25 @@ def run_blocked(bench: Bench, args, parts: set[str], results: dict, began: dict)
 
 def submit_floor(bench: Bench, dsn: str, url: str, tasks: int, producers: int) -> dict:
     """Single submissions with no worker running, from the same producers: to Orbit (a fresh
-    queue), then to the HTTP floor (bench/http_floor.py) on the same database server."""
+    queue), then to the HTTP floor and to the SPEC floor's (bench/http_floor.py) on the same
+    database server."""
     client = Client(url, bench.token)
     queue = client.create_queue(f"only-{secrets.token_hex(3)}").queue_id
     client.close()
     orbit = http_floor.submit_only(url, bench.token, queue, tasks, producers, run_threads)
-    low = http_floor.floor_submissions(
-        dsn, bench.db, bench.token, queue, tasks, producers, run_threads
+    low, spec = (
+        http_floor.floor_submissions(
+            dsn, bench.db, bench.token, queue, tasks, producers, run_threads, kind
+        )
+        for kind in ("floor", "spec")
     )
-    return {"orbit": orbit, "floor": low, "orbit_vs_floor": orbit["per_s"] / low["per_s"]}
+    return {
+        "orbit": orbit,
+        "floor": low,
+        "spec_floor": spec,
+        "orbit_vs_floor": orbit["per_s"] / low["per_s"],
+        "spec_floor_vs_floor": spec["per_s"] / low["per_s"],
+    }
 
 
 def e2e_runs(n: int, b: int, c: int) -> list[tuple[str, int, int, int, int, int]]:
@@ -504,9 +514,11 @@ def run_served(
                     for label, r in (
                         ("Orbit", only["orbit"]),
                         ("the HTTP floor (bench/http_floor.py, not Orbit)", only["floor"]),
+                        ("the SPEC floor's (not Orbit)", only["spec_floor"]),
                     )
                 )
-                + f"; Orbit {only['orbit_vs_floor']:.2f}x of the floor",
+                + f"; Orbit {only['orbit_vs_floor']:.2f}x of the floor, the SPEC floor "
+                + f"{only['spec_floor_vs_floor']:.2f}x",
                 flush=True,
             )
         if "e2e" in results:

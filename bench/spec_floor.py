@@ -64,12 +64,49 @@ TASKS = (
     " KEY ix_ns_key (namespace_id, concurrency_key, id)"
 )
 
+# What both submissions declare, and their acceptance once the queue is known: the
+# Idempotency-Key looked up and recorded, the task and its history row, and the receipt.
+_SUBMIT_DECLARE = """
+      DECLARE v_task BIGINT UNSIGNED DEFAULT NULL;
+      DECLARE v_queue BIGINT UNSIGNED DEFAULT NULL;
+      DECLARE v_max INT;
+      DECLARE v_app_max INT;
+      DECLARE v_fp CHAR(64);
+      DECLARE v_now DATETIME(6);
+      DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;"""
+_SUBMIT_ACCEPT = """
+      START TRANSACTION;
+      SELECT fingerprint, task INTO v_fp, v_task FROM {f}.spec_idempotency
+       WHERE queue = v_queue AND idem_key = p_key;
+      IF v_task IS NULL THEN
+        SET v_now = UTC_TIMESTAMP(6);
+        INSERT INTO {f}.spec_tasks (public_id, queue, handler, handler_version, payload_version,
+                                    priority, state, available_at, payload, created_at)
+          VALUES (REPLACE(UUID(), '-', ''), v_queue, {fields}, 'WAITING', v_now, p_payload,
+                  v_now);
+        SET v_task = LAST_INSERT_ID();
+        INSERT INTO {f}.spec_idempotency VALUES (v_queue, p_key, p_fp, v_task);
+        INSERT INTO {f}.spec_history (task, what, who, at)
+          VALUES (v_task, 'SUBMITTED', CONCAT('credential:', {who}), v_now);
+      ELSEIF v_fp <> p_fp THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'IDEMPOTENCY_CONFLICT: other content';
+      END IF;
+      COMMIT;
+      SELECT public_id AS task_id, state, created_at, v_fp IS NULL AS created
+        FROM {f}.spec_tasks WHERE id = v_task;
+    END"""
+
 DDL = (
     "CREATE TABLE {f}.spec_apps (id BIGINT UNSIGNED PRIMARY KEY, max_active INT NULL,"
     " max_unfinished INT NULL) ENGINE=InnoDB COMMENT='SPEC floor: applications and quotas'",
     "CREATE TABLE {f}.spec_queues (id BIGINT UNSIGNED PRIMARY KEY,"
     " app BIGINT UNSIGNED NOT NULL, max_concurrency INT NULL, max_unfinished INT NULL,"
-    " lease_seconds INT NOT NULL) ENGINE=InnoDB COMMENT='SPEC floor: queues'",
+    " lease_seconds INT NOT NULL, public_id CHAR(32) NULL UNIQUE)"
+    " ENGINE=InnoDB COMMENT='SPEC floor: queues (a public id where the HTTP floor names one)'",
+    "CREATE TABLE {f}.spec_credentials (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,"
+    " public_id CHAR(16) NOT NULL UNIQUE, app BIGINT UNSIGNED NOT NULL,"
+    " secret_sha256 CHAR(64) NOT NULL, scopes VARCHAR(255) NOT NULL, revoked_at DATETIME(6) NULL)"
+    " ENGINE=InnoDB COMMENT='SPEC floor: bearer credentials (the HTTP SPEC floor)'",
     "CREATE TABLE {f}.spec_sessions (id BIGINT UNSIGNED PRIMARY KEY,"
     " public_id CHAR(32) NOT NULL UNIQUE, queue BIGINT UNSIGNED NOT NULL, capacity INT NOT NULL,"
     " in_flight INT NOT NULL, last_seen DATETIME(6) NOT NULL)"
@@ -94,38 +131,46 @@ DDL = (
     " ENGINE=InnoDB COMMENT='SPEC floor: history'",
     """CREATE PROCEDURE {f}.spec_submit(IN p_queue BIGINT UNSIGNED, IN p_key VARCHAR(255),
                                        IN p_fp CHAR(64), IN p_payload TEXT)
-    BEGIN
-      DECLARE v_task BIGINT UNSIGNED DEFAULT NULL;
-      DECLARE v_queue BIGINT UNSIGNED DEFAULT NULL;
-      DECLARE v_max INT;
-      DECLARE v_app_max INT;
-      DECLARE v_fp CHAR(64);
-      DECLARE v_now DATETIME(6);
-      DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    BEGIN"""
+    + _SUBMIT_DECLARE
+    + """
       SELECT q.id, q.max_unfinished, a.max_unfinished INTO v_queue, v_max, v_app_max
         FROM {f}.spec_queues q JOIN {f}.spec_apps a ON a.id = q.app WHERE q.id = p_queue;
       IF v_queue IS NULL THEN
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: queue not found';
+      END IF;"""
+    + _SUBMIT_ACCEPT.replace("{fields}", "'noop', 'v1', 'v1', 5").replace("{who}", "1"),
+    # POST /v1/tasks's floor (bench/http_floor.py, SPEC_KIND): the credential, its scope and
+    # the queue in its namespace read in the one statement before the same acceptance.
+    """CREATE PROCEDURE {f}.spec_submit_as(IN p_credential CHAR(16), IN p_sha256 CHAR(64),
+      IN p_queue CHAR(32), IN p_key VARCHAR(255), IN p_fp CHAR(64), IN p_payload TEXT,
+      IN p_handler VARCHAR(200), IN p_handler_version VARCHAR(64),
+      IN p_payload_version VARCHAR(64), IN p_priority TINYINT UNSIGNED)
+    BEGIN
+      DECLARE v_credential BIGINT UNSIGNED DEFAULT NULL;
+      DECLARE v_sha256 CHAR(64);
+      DECLARE v_scopes VARCHAR(255);
+      DECLARE v_revoked DATETIME(6);"""
+    + _SUBMIT_DECLARE
+    + """
+      SELECT c.id, c.secret_sha256, c.scopes, c.revoked_at, q.id, q.max_unfinished,
+             a.max_unfinished
+        INTO v_credential, v_sha256, v_scopes, v_revoked, v_queue, v_max, v_app_max
+        FROM {f}.spec_credentials c JOIN {f}.spec_apps a ON a.id = c.app
+        LEFT JOIN {f}.spec_queues q ON q.app = c.app AND q.public_id = p_queue
+       WHERE c.public_id = p_credential;
+      IF v_credential IS NULL OR v_sha256 <> p_sha256 OR v_revoked IS NOT NULL THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'UNAUTHENTICATED: invalid credentials';
       END IF;
-      START TRANSACTION;
-      SELECT fingerprint, task INTO v_fp, v_task FROM {f}.spec_idempotency
-       WHERE queue = v_queue AND idem_key = p_key;
-      IF v_task IS NULL THEN
-        SET v_now = UTC_TIMESTAMP(6);
-        INSERT INTO {f}.spec_tasks (public_id, queue, handler, handler_version, payload_version,
-                                    state, priority, available_at, payload, created_at)
-          VALUES (REPLACE(UUID(), '-', ''), v_queue, 'noop', 'v1', 'v1', 'WAITING', 5, v_now,
-                  p_payload, v_now);
-        SET v_task = LAST_INSERT_ID();
-        INSERT INTO {f}.spec_idempotency VALUES (v_queue, p_key, p_fp, v_task);
-        INSERT INTO {f}.spec_history (task, what, who, at)
-          VALUES (v_task, 'SUBMITTED', 'credential:1', v_now);
-      ELSEIF v_fp <> p_fp THEN
-        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'IDEMPOTENCY_CONFLICT: other content';
+      IF FIND_IN_SET('tasks:submit', v_scopes) = 0 THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'PERMISSION_DENIED: tasks:submit';
       END IF;
-      COMMIT;
-      SELECT public_id AS task_id, state, created_at FROM {f}.spec_tasks WHERE id = v_task;
-    END""",
+      IF v_queue IS NULL THEN
+        SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: queue not found';
+      END IF;"""
+    + _SUBMIT_ACCEPT.replace(
+        "{fields}", "p_handler, p_handler_version, p_payload_version, p_priority"
+    ).replace("{who}", "v_credential"),
     """CREATE PROCEDURE {f}.spec_claim(IN p_session CHAR(32))
     BEGIN
       DECLARE v_session BIGINT UNSIGNED DEFAULT NULL;
@@ -239,7 +284,8 @@ def run(dsn: str, threads: int, seconds: float, run_threads) -> dict[str, Any]:
             for n, public in enumerate(sessions, start=1):
                 cur.execute(f"INSERT INTO `{scratch}`.spec_apps VALUES (%s, NULL, NULL)", (n,))
                 cur.execute(
-                    f"INSERT INTO `{scratch}`.spec_queues VALUES (%s, %s, NULL, NULL, 30)", (n, n)
+                    f"INSERT INTO `{scratch}`.spec_queues VALUES (%s, %s, NULL, NULL, 30, NULL)",
+                    (n, n),
                 )
                 cur.execute(
                     f"INSERT INTO `{scratch}`.spec_sessions"
