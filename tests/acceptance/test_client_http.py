@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import ssl
+import subprocess
 import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -41,6 +46,51 @@ def test_proxy_variables_are_honoured_as_read_when_the_client_is_made(
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     direct = Client(orbit_server, tenant.token)
     assert isinstance(direct.list_queues(), list)
+    direct.close()  # closes its connections; the client stays usable
+    assert isinstance(direct.list_queues(), list)
+
+
+class _Envelope(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = json.dumps({"data": [], "request_id": "r"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_https_trusts_the_ca_bundle_the_environment_names_and_nothing_else(tmp_path, monkeypatch):
+    # Over HTTPS the client verifies the server: with REQUESTS_CA_BUNDLE naming the bundle
+    # that signed the server's certificate the call goes through; with the system's store
+    # only, the same self-signed server is refused before anything is sent.
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = HTTPServer(("127.0.0.1", 0), _Envelope)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+    for name in ("HTTPS_PROXY", "https_proxy", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        with pytest.raises(UnavailableError):
+            Client(url, "orb_token", retries=0).list_queues()
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(cert))
+        assert Client(url, "orb_token").list_queues() == []
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_one_client_shared_by_threads_keeps_each_answer_with_its_request(orbit_server, tenant):
