@@ -78,9 +78,10 @@ BEGIN
       STRAIGHT_JOIN attempts a FORCE INDEX (uq_attempts_public_id) ON a.public_id = j.attempt_id AND a.namespace_id = p_namespace_id
        FOR UPDATE;
     -- Whether any of the items' queues has a limit (those are then locked in id order,
-    -- queues_lock; a queue without one is never locked), and the keys the items hold.
+    -- queues_lock; a queue without one is never locked), and the keys the items hold: NULL
+    -- when none does (an unkeyed item's JSON null would read as the key "null" in keys_lock).
     SELECT BIT_OR(4 * (q.max_concurrency IS NOT NULL) + 8 * (q.max_unfinished IS NOT NULL)),
-           JSON_ARRAYAGG(r.concurrency_key)
+           IF(COUNT(r.id) > 0, JSON_ARRAYAGG(r.concurrency_key), NULL)
       INTO v_queue_limits, v_keys
       FROM JSON_TABLE(p_items, '$[*]' COLUMNS (
              attempt_id CHAR(32) CHARACTER SET ascii COLLATE ascii_bin PATH '$.attempt_id')) j

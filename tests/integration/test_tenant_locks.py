@@ -269,6 +269,25 @@ def test_a_report_whose_one_keyed_candidate_another_holds_leaves_it_ready(
     assert later["task_id"] == task_b
 
 
+def test_a_report_of_an_unkeyed_result_locks_no_key_not_even_one_named_null(
+    tenant, database, orbit_dsn
+):
+    """An unkeyed attempt has no key: a report of its result alone locks no key row. Its key
+    list once held a JSON null, which keys_lock read as the key "null" and so waited here for
+    the row of a key of that name that another transaction holds."""
+    eng = Engine(database, tenant)
+    ns = tenant.namespace_id
+    session, _ = eng.hello(capacity=2)
+    keyed = eng.submit("null")
+    plain = eng.submit()
+    granted = {g["task_id"]: g["attempt_id"] for g in eng.claim(session, 2)}
+    assert set(granted) == {keyed, plain}
+    eng.start(session, granted[plain])
+    with _key_row_held(orbit_dsn, ns, "null") as shell:
+        shell.call("attempt_result_many", ns, session, succeeded_items([granted[plain]]))
+    assert eng.task(plain)["state"] == "SUCCEEDED"
+
+
 # Exact limits under concurrency ---------------------------------------------------------------
 
 
