@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import falcon  # noqa: E402
 import floor  # noqa: E402
+import spec_floor  # noqa: E402
 from e2e import start_server  # noqa: E402
 from measures import cpu_sample  # noqa: E402
 
@@ -219,11 +220,12 @@ def submit_only(
 
 
 @contextlib.contextmanager
-def serving(dsn: str, database, workers: int = 4) -> Iterator[tuple[subprocess.Popen, str]]:
-    """A floor server for the block, on the server of ``dsn``: ``(its Popen, its URL)``; it is
-    stopped and its scratch database (``floor.install``) dropped afterwards."""
-    scratch = floor.install(dsn)
-    proc, url = start(dsn, scratch, workers)
+def _served(
+    dsn: str, database, scratch: str, workers: int, kind: str = "floor"
+) -> Iterator[tuple[subprocess.Popen, str]]:
+    """The floor server of ``kind`` on the scratch database ``scratch`` for the block:
+    ``(its Popen, its URL)``; it is stopped and the database dropped afterwards."""
+    proc, url = start(dsn, scratch, workers, kind)
     try:
         yield proc, url
     finally:
@@ -232,14 +234,15 @@ def serving(dsn: str, database, workers: int = 4) -> Iterator[tuple[subprocess.P
         database.query(f"DROP DATABASE `{scratch}`")
 
 
-@contextlib.contextmanager
-def spec_serving(
-    dsn: str, database, token: str, queue_id: str, workers: int = 4
-) -> Iterator[tuple[subprocess.Popen, str]]:
-    """A SPEC floor server for the block, accepting ``token`` (``tasks:submit``) for the queue
-    ``queue_id``, as ``serving``."""
-    import spec_floor
+def serving(dsn: str, database, workers: int = 4):
+    """A floor server for the block, on the server of ``dsn`` (``_served``), its scratch
+    database made by ``floor.install``."""
+    return _served(dsn, database, floor.install(dsn), workers)
 
+
+def spec_serving(dsn: str, database, token: str, queue_id: str, workers: int = 4):
+    """A SPEC floor server for the block (``_served``), accepting ``token``
+    (``tasks:submit``) for the queue ``queue_id``."""
     scratch = floor.install(dsn, spec_floor.DDL)
     public_id, sha256 = bearer(f"Bearer {token}")
     conn = db.connect(dsn)
@@ -258,13 +261,7 @@ def spec_serving(
         conn.commit()
     finally:
         conn.close()
-    proc, url = start(dsn, scratch, workers, kind="spec")
-    try:
-        yield proc, url
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        database.query(f"DROP DATABASE `{scratch}`")
+    return _served(dsn, database, scratch, workers, "spec")
 
 
 def floor_submissions(
