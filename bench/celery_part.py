@@ -83,24 +83,16 @@ def _celery(broker: peer_celery.Redis, shape: str, pool: str, concurrency: int) 
     )
 
 
-def _floor(bench: Bench) -> dict:
+def _floor(bench: Bench, kind: str = "floor") -> dict:
     """The HTTP floor (``bench/http_floor.py``): one task per call from the same 8 producers to
     gunicorn and Falcon in front of a two-row transaction, no worker. What any submission of
-    that shape costs the machine, before it is checked, kept or run. The floor reads no queue:
-    the requests name one that has the form of a queue id."""
+    that shape costs the machine, before it is checked, kept or run. ``kind`` ``spec``: the
+    SPEC floor's, with the least SPEC asks of each submission (credential, Idempotency-Key,
+    input checks, task and history rows). The floor reads no queue, and the SPEC floor's
+    knows the one named: the requests name one that has the form of a queue id."""
     tasks = SHAPES["one_per_call"][0]
     return http_floor.floor_submissions(
-        bench.dsn, bench.db, bench.token, secrets.token_hex(16), tasks, 8, run_threads
-    )
-
-
-def _spec_floor(bench: Bench) -> dict:
-    """The SPEC floor's (``bench/http_floor.py``, ``spec_serving``): as ``_floor``, with the
-    least SPEC asks of each submission (credential, Idempotency-Key, input checks, task and
-    history rows): what any submission that does what SPEC asks costs over HTTP."""
-    tasks = SHAPES["one_per_call"][0]
-    return http_floor.floor_submissions(
-        bench.dsn, bench.db, bench.token, secrets.token_hex(16), tasks, 8, run_threads, "spec"
+        bench.dsn, bench.db, bench.token, secrets.token_hex(16), tasks, 8, run_threads, kind
     )
 
 
@@ -165,7 +157,7 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
                 ("one_per_call_direct", functools.partial(one, True)),
                 ("one_per_call_mysql", functools.partial(one, True, True)),
                 ("http_floor", functools.partial(_floor, bench)),
-                ("spec_floor", functools.partial(_spec_floor, bench)),
+                ("spec_floor", functools.partial(_floor, bench, "spec")),
                 ("direct_submissions", functools.partial(_direct_submissions, bench, url)),
             ):
                 mine[name] = measure()

@@ -44,7 +44,7 @@ import spec_floor  # noqa: E402
 from e2e import start_server  # noqa: E402
 from measures import cpu_sample  # noqa: E402
 
-from orbit_shell import errors  # noqa: E402
+from orbit_shell import errors, validation  # noqa: E402
 from orbit_shell.cli.server import OrbitServer  # noqa: E402
 from orbit_shell.engine import db  # noqa: E402
 from orbit_shell.sdk.client import Client  # noqa: E402
@@ -76,14 +76,7 @@ class FloorSubmit:
         }
 
 
-IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,255}$")
-HEX32 = re.compile(r"^[0-9a-f]{32}$")
-STATUS = {
-    "UNAUTHENTICATED": falcon.HTTP_401,
-    "PERMISSION_DENIED": falcon.HTTP_403,
-    "NOT_FOUND": falcon.HTTP_404,
-    "IDEMPOTENCY_CONFLICT": falcon.HTTP_409,
-}
+IDEMPOTENCY_KEY = re.compile(r"^[\x20-\x7e]{1,255}$")  # SPEC's rule, without Orbit's own
 
 
 def _text(body: dict, name: str, most: int) -> str:
@@ -111,7 +104,7 @@ class SpecSubmit:
         if not isinstance(body, dict) or "payload" not in body:
             raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="body")
         queue = _text(body, "queue_id", 32)
-        if not HEX32.match(queue):
+        if not validation.HEX32.match(queue):
             raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="queue_id")
         handler = _text(body, "handler", 200)
         versions = _text(body, "handler_version", 64), _text(body, "payload_version", 64)
@@ -126,7 +119,7 @@ class SpecSubmit:
                 json.dumps(body["payload"]), handler, *versions, priority,
             )  # fmt: skip
         except errors.OrbitError as exc:
-            raise falcon.HTTPError(STATUS.get(exc.code, falcon.HTTP_500), title=exc.code) from exc
+            raise falcon.HTTPError(exc.status, title=exc.code) from exc
         resp.status = falcon.HTTP_201 if row["created"] else falcon.HTTP_200
         resp.media = {
             "data": {
