@@ -140,8 +140,8 @@ DDL = (
         SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'NOT_FOUND: queue not found';
       END IF;"""
     + _SUBMIT_ACCEPT.replace("{fields}", "'noop', 'v1', 'v1', 5").replace("{who}", "1"),
-    # POST /v1/tasks's floor (bench/http_floor.py, SPEC_KIND): the credential, its scope and
-    # the queue in its namespace read in the one statement before the same acceptance.
+    # POST /v1/tasks's SPEC floor (bench/http_floor.py, FLOOR_KIND spec): the credential, its
+    # scope and the queue in its namespace read in one statement before the same acceptance.
     """CREATE PROCEDURE {f}.spec_submit_as(IN p_credential CHAR(16), IN p_sha256 CHAR(64),
       IN p_queue CHAR(32), IN p_key VARCHAR(255), IN p_fp CHAR(64), IN p_payload TEXT,
       IN p_handler VARCHAR(200), IN p_handler_version VARCHAR(64),
