@@ -100,7 +100,7 @@ class Internal(OrbitError):
 class QueueScoped(OrbitError):
     """The credential is limited to some queues.
 
-    What a routine that authenticates its caller itself (``credential_check``) signals for
+    What a routine that authenticates its caller itself (``worker_credential``) signals for
     such a credential: the route then reads the credential and checks each item against its
     queues before calling the routine that takes a namespace. No client is answered with it
     (were one, it would be a 500 INTERNAL); not an ``Internal``, which is logged as a fault.

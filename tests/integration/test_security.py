@@ -70,6 +70,42 @@ def test_a_submission_is_one_database_round_trip_and_revocation_holds(
     assert refused.headers["WWW-Authenticate"] == "Bearer"
 
 
+def test_a_submission_reads_its_credential_and_queue_together_and_checks_both(
+    client, tenant, database
+):
+    """task_submit_as reads the credential with its queue in one statement and makes the
+    checks the worker routines' credential read makes: an unknown credential and a wrong
+    secret are 401, a credential without tasks:submit is 403 (also for a queue of another
+    namespace), an unknown queue is 404, and none of them writes a task."""
+    wrong = "orb_" + tenant.token.split("_")[1] + "_" + "A" * 43
+    unknown = "orb_" + "0" * 16 + "_" + "A" * 43
+    worker_only = limited_credential(database, tenant, "workers:consume")
+    cases = (
+        ({"Authorization": f"Bearer {wrong}"}, tenant.queue_id, 401, "UNAUTHENTICATED"),
+        ({"Authorization": f"Bearer {unknown}"}, tenant.queue_id, 401, "UNAUTHENTICATED"),
+        (worker_only, tenant.queue_id, 403, "PERMISSION_DENIED"),
+        (worker_only, "f" * 32, 403, "PERMISSION_DENIED"),
+        (tenant.headers, "f" * 32, 404, "NOT_FOUND"),
+    )
+    for headers, queue, status, code in cases:
+        refused = client.simulate_post(
+            "/v1/tasks",
+            json={
+                "queue_id": queue,
+                "handler": "h",
+                "handler_version": "v1",
+                "payload_version": "v1",
+                "payload": {},
+            },
+            headers={**headers, "Idempotency-Key": "checked"},
+        )
+        assert (refused.status_code, refused.json["error"]["code"]) == (status, code), refused.text
+    [row] = database.query(
+        "SELECT COUNT(*) AS n FROM idempotency_records WHERE idempotency_key = 'checked'"
+    )
+    assert row["n"] == 0
+
+
 def _least_sent(database, make_call, tries: int = 3) -> int:
     """Statements the server received for one ``make_call()`` (each must answer 200): the
     least of ``tries``, since another client's statement can only add to the counter."""
