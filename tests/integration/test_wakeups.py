@@ -7,6 +7,7 @@ probes once, at the end of its wait; one that is woken claims without probing at
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from orbit_shell.engine.db import Database
 from orbit_shell.server import wakeups
 from orbit_shell.server.app import create_app
 from orbit_shell.server.config import Config
-from tests.helpers import Session, submit, task_body
+from tests.helpers import Session, limited_credential, submit, task_body
 
 
 def _waiting_claim(session: Session, wait_ms: int) -> tuple[threading.Thread, list]:
@@ -32,8 +33,11 @@ def _waiting_claim(session: Session, wait_ms: int) -> tuple[threading.Thread, li
 
 
 def _until_waiting(app_wakeups: wakeups.Wakeups, queue: str) -> None:
-    """Until a poll listens on ``queue`` (the claim made its first fetch and found nothing)."""
+    """Until a poll listens on ``queue`` (the claim made its first fetch and found nothing);
+    a poll that never listens there fails the test instead of hanging it."""
+    deadline = time.monotonic() + 10
     while not app_wakeups._waiting.get(queue):
+        assert time.monotonic() < deadline, f"no poll listens on {queue}"
         time.sleep(0.01)
 
 
@@ -88,6 +92,35 @@ def test_w7_a_submission_wakes_the_claim_waiting_on_its_queue(client, tenant, wo
             json={"tasks": [{**task_body(tenant.queue_id), "idempotency_key": "wake-batch"}]},
         )
         task = result.json["data"]["results"][0]["data"]["task_id"]
+    thread.join(30)
+    assert [a["task"]["task_id"] for a in got[0]] == [task]
+    assert counted.probes == 0  # claimed when woken, not after a probe
+
+
+@pytest.mark.usefixtures("slow_probes")
+@pytest.mark.parametrize("credential", ["every queue", "some queues"])
+def test_w7_a_poll_listens_on_each_queue_of_its_session(
+    client, tenant, woken, counted, database, credential
+):
+    """A poll listens on each queue of its session, whether its credential covers every queue
+    (the claim's routine authenticates it) or only some (the shell checks it first): a
+    submission to any of them wakes it."""
+    queues = [tenant.queue_id]
+    if credential == "every queue":
+        made = client.simulate_post(
+            "/v1/queues", headers=tenant.headers, json={"name": "wake-second"}
+        )
+        assert made.status_code == 201, made.text
+        queues.append(made.json["data"]["queue_id"])
+        worker = tenant
+    else:  # limited to the tenant's first queue (helpers.limited_credential)
+        headers = limited_credential(database, tenant, "workers:connect,workers:consume")
+        worker = dataclasses.replace(tenant, token=headers["Authorization"].split()[1])
+    session = Session(client, worker, queue_ids=queues, capacity=1)
+    thread, got = _waiting_claim(session, 10_000)
+    for queue in queues:
+        _until_waiting(woken, queue)
+    task = submit(client, tenant, queue_id=queues[-1]).json["data"]["task_id"]
     thread.join(30)
     assert [a["task"]["task_id"] for a in got[0]] == [task]
     assert counted.probes == 0  # claimed when woken, not after a probe
