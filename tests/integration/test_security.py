@@ -75,8 +75,9 @@ def test_a_submission_reads_its_credential_and_queue_together_and_checks_both(
 ):
     """task_submit_as reads the credential with its queue in one statement and makes the
     checks the worker routines' credential read makes: an unknown credential and a wrong
-    secret are 401, a credential without tasks:submit is 403 (also for a queue of another
-    namespace), an unknown queue is 404, and none of them writes a task."""
+    secret are 401, a credential without tasks:submit is 403 (also naming a queue that does
+    not exist: who may submit before what was named), an unknown queue is 404, and none of
+    them writes a task."""
     wrong = "orb_" + tenant.token.split("_")[1] + "_" + "A" * 43
     unknown = "orb_" + "0" * 16 + "_" + "A" * 43
     worker_only = limited_credential(database, tenant, "workers:consume")
