@@ -136,6 +136,63 @@ class SpecSubmit:
         }
 
 
+class SpecTurn:
+    """``POST /v1/floor/turn``: a floor worker's round, its results and its next claim in one
+    call of ``spec_turn`` (``bench/spec_floor_e2e.py``), the body checked as SPEC asks."""
+
+    def __init__(self, database, routine: str) -> None:
+        self.db, self.routine = database, routine
+
+    def on_post(self, req, resp) -> None:
+        try:
+            credential, sha256 = bearer(req.get_header("Authorization"))
+        except errors.OrbitError as exc:
+            raise falcon.HTTPUnauthorized(title="UNAUTHENTICATED") from exc
+        body = req.get_media()
+        if not isinstance(body, dict):
+            raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="body")
+        session = _text(body, "session_id", 32)
+        results, most = body.get("results"), body.get("max")
+        if not isinstance(results, list) or len(results) > 100:
+            raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="results")
+        if type(most) is not int or not 0 <= most <= 100:
+            raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="max")
+        items = []
+        for item in results:
+            if not isinstance(item, dict) or not validation.HEX32.match(
+                str(item.get("attempt_id"))
+            ):
+                raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="attempt_id")
+            result = item.get("result")
+            items.append({"attempt_id": item["attempt_id"],
+                          "result": None if result is None else json.dumps(result)})  # fmt: skip
+        try:
+            [rows] = self.db.call(
+                self.routine, credential, sha256, session, json.dumps(items), most
+            )
+        except errors.OrbitError as exc:
+            raise falcon.HTTPError(exc.status, title=exc.code) from exc
+        resp.media = {
+            "data": {
+                "attempts": [
+                    {
+                        "attempt_id": r["attempt_id"],
+                        "attempt_number": r["number"],
+                        "lease_expires_at": r["lease_expires"].isoformat() + "Z",
+                        "task": {
+                            "task_id": r["task_id"],
+                            "handler": r["handler"],
+                            "handler_version": r["handler_version"],
+                            "payload": json.loads(r["payload"]),
+                        },
+                    }
+                    for r in rows
+                ]
+            },
+            "request_id": secrets.token_hex(16),
+        }
+
+
 class FloorServer(OrbitServer):
     """``orbit``'s gunicorn settings and worker class, serving the floor app (``FLOOR_KIND``
     ``spec``: the SPEC floor's)."""
@@ -148,6 +205,7 @@ class FloorServer(OrbitServer):
         database = Database(self.config.dsn)
         if os.environ.get("FLOOR_KIND") == "spec":
             app.add_route("/v1/tasks", SpecSubmit(database, f"{floor}.spec_submit_as"))
+            app.add_route("/v1/floor/turn", SpecTurn(database, f"{floor}.spec_turn"))
         else:
             app.add_route("/v1/tasks", FloorSubmit(database, f"{floor}.submit"))
         app.add_route("/readyz", Ready())
