@@ -86,6 +86,14 @@ def _text(body: dict, name: str, most: int) -> str:
     return value
 
 
+def _bearer(req) -> tuple[str, str]:
+    """The request's token as its credential public id and SHA-256, or 401."""
+    try:
+        return bearer(req.get_header("Authorization"))
+    except errors.OrbitError as exc:
+        raise falcon.HTTPUnauthorized(title="UNAUTHENTICATED") from exc
+
+
 class SpecSubmit:
     """``POST /v1/tasks``: the least SPEC asks of a submission (the module's docstring)."""
 
@@ -93,10 +101,7 @@ class SpecSubmit:
         self.db, self.routine = database, routine
 
     def on_post(self, req, resp) -> None:
-        try:
-            credential, sha256 = bearer(req.get_header("Authorization"))
-        except errors.OrbitError as exc:
-            raise falcon.HTTPUnauthorized(title="UNAUTHENTICATED") from exc
+        credential, sha256 = _bearer(req)
         key = req.get_header("Idempotency-Key") or ""
         if not IDEMPOTENCY_KEY.match(key):
             raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="Idempotency-Key")
@@ -144,10 +149,7 @@ class SpecTurn:
         self.db, self.routine = database, routine
 
     def on_post(self, req, resp) -> None:
-        try:
-            credential, sha256 = bearer(req.get_header("Authorization"))
-        except errors.OrbitError as exc:
-            raise falcon.HTTPUnauthorized(title="UNAUTHENTICATED") from exc
+        credential, sha256 = _bearer(req)
         body = req.get_media()
         if not isinstance(body, dict):
             raise falcon.HTTPBadRequest(title="INVALID_ARGUMENT", description="body")
@@ -291,10 +293,12 @@ def serving(dsn: str, database, workers: int = 4):
     return _served(dsn, database, floor.install(dsn), workers)
 
 
-def spec_serving(dsn: str, database, token: str, queue_id: str, workers: int = 4):
-    """A SPEC floor server for the block (``_served``), accepting ``token``
-    (``tasks:submit``) for the queue ``queue_id``."""
-    scratch = floor.install(dsn, spec_floor.DDL)
+def spec_install(
+    dsn: str, token: str, queue_id: str, ddl=spec_floor.DDL, scopes: str = "tasks:submit"
+) -> str:
+    """The SPEC floor's scratch database (``ddl``) with one application, the queue
+    ``queue_id`` and ``token``'s credential of ``scopes``; its name."""
+    scratch = floor.install(dsn, ddl)
     public_id, sha256 = bearer(f"Bearer {token}")
     conn = db.connect(dsn)
     try:
@@ -306,13 +310,19 @@ def spec_serving(dsn: str, database, token: str, queue_id: str, workers: int = 4
             )
             cur.execute(
                 f"INSERT INTO `{scratch}`.spec_credentials (public_id, app, secret_sha256, scopes)"
-                " VALUES (%s, 1, %s, 'tasks:submit')",
-                (public_id, sha256),
+                " VALUES (%s, 1, %s, %s)",
+                (public_id, sha256, scopes),
             )
         conn.commit()
     finally:
         conn.close()
-    return _served(dsn, database, scratch, workers, "spec")
+    return scratch
+
+
+def spec_serving(dsn: str, database, token: str, queue_id: str, workers: int = 4):
+    """A SPEC floor server for the block (``_served``), accepting ``token``
+    (``tasks:submit``) for the queue ``queue_id``."""
+    return _served(dsn, database, spec_install(dsn, token, queue_id), workers, "spec")
 
 
 def floor_submissions(

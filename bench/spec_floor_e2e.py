@@ -37,7 +37,6 @@ import threading
 import time
 from typing import Any
 
-import floor
 import http_floor
 import spec_floor
 from measures import cpu_sample, run_threads
@@ -45,7 +44,6 @@ from measures import cpu_sample, run_threads
 from orbit_shell.engine import db
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.models import SubmitTaskRequest
-from orbit_shell.server.auth import bearer
 
 ITEMS = (
     "JSON_TABLE({j}, '$[*]' COLUMNS (seq FOR ORDINALITY, id CHAR(32) PATH '$.attempt_id',"
@@ -169,24 +167,14 @@ END"""
 
 
 def _install(dsn: str, token: str, queue_id: str, sessions: list[str]) -> str:
-    """The SPEC floor's scratch database with ``spec_turn``: one application, the queue
-    ``queue_id``, ``token``'s credential (``tasks:submit``, ``workers:consume``) and a
-    session of capacity 100 per name in ``sessions``."""
-    scratch = floor.install(dsn, (*spec_floor.DDL, TURN))
-    public_id, sha256 = bearer(f"Bearer {token}")
+    """The SPEC floor's scratch database with ``spec_turn`` (``http_floor.spec_install``:
+    ``token`` may also consume) and a session of capacity ``TURN_MAX`` per name in
+    ``sessions``."""
+    scopes = "tasks:submit,workers:consume"
+    scratch = http_floor.spec_install(dsn, token, queue_id, (*spec_floor.DDL, TURN), scopes)
     conn = db.connect(dsn)
     try:
         with conn.cursor() as cur:
-            cur.execute(f"INSERT INTO `{scratch}`.spec_apps VALUES (1, NULL, NULL)")
-            cur.execute(
-                f"INSERT INTO `{scratch}`.spec_queues VALUES (1, 1, NULL, NULL, 30, %s)",
-                (queue_id,),
-            )
-            cur.execute(
-                f"INSERT INTO `{scratch}`.spec_credentials (public_id, app, secret_sha256, scopes)"
-                " VALUES (%s, 1, %s, 'tasks:submit,workers:consume')",
-                (public_id, sha256),
-            )
             for n, session in enumerate(sessions, start=1):
                 cur.execute(
                     f"INSERT INTO `{scratch}`.spec_sessions"
