@@ -15,6 +15,9 @@ five is followed by a round of Celery's best pool, and its ratios are to that ro
 run less the direct producer's submissions is what Orbit's worker side costs a task, and the
 HTTP floor's submission plus that is the least one task per call over HTTP can cost with
 Orbit's worker (the SPEC floor's plus that, the least for a submission doing what SPEC asks).
+The SPEC floor's whole task (``bench/spec_floor_e2e.py``: its submissions and two floor worker
+processes, each round one request) runs three times, each followed by a Celery round, and the
+pair of the median ratio is kept: what any design of this shape doing what SPEC asks reaches.
 Submit-to-start is measured again at 200 tasks/s: on a slow day 450/s is past one side's
 ceiling or the other's, and its latency is then a backlog's. The paced lines and the one task
 per call line say each side's CPU a task and how many tasks Orbit's claims and reports carried:

@@ -17,7 +17,8 @@ the bearer token parsed and hashed, the Idempotency-Key and body checked, the re
 fingerprint, and ``spec_submit_as`` (``bench/spec_floor.py``: the credential, its scope and the
 queue read in one statement, the key looked up and recorded, task and history rows, a 201 or a
 replay's 200 with the receipt). Beside Orbit and the floor, it says how much of what Orbit
-spends beyond the floor any design that does what SPEC asks spends too.
+spends beyond the floor any design that does what SPEC asks spends too. It also serves ``POST
+/v1/floor/turn``, the worker round of the SPEC floor's whole task (``bench/spec_floor_e2e.py``).
 """
 
 from __future__ import annotations
