@@ -32,7 +32,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,13 +239,11 @@ def start(
     )
 
 
-def submit_only(
-    url: str, token: str, queue_id: str, tasks: int, producers: int, run_threads, connect=None
-) -> dict[str, float]:
-    """``tasks`` single submissions from ``producers`` threads, no worker running: tasks/s, and
-    the machine's CPU per task (every process: server, database and producers), and the
-    database's. ``connect()`` gives each thread its client instead of the HTTP one (the
-    direct producer: ``url`` and ``token`` are then unused)."""
+def single_submissions(url: str, token: str, queue_id: str, tasks: int, producers: int,
+                       connect=None) -> Callable[[int], None]:  # fmt: skip
+    """The producers' loop: thread ``i`` of ``producers`` submits every ``producers``-th of
+    ``tasks`` no-op tasks to ``queue_id``, one request each, through its own client (the SDK's
+    HTTP client, or ``connect()``'s)."""
 
     def produce(i: int) -> None:
         c = connect() if connect else Client(url, token)
@@ -260,9 +258,20 @@ def submit_only(
             c.submit_task(f"only-{queue_id}-{n}", request)
         c.close()
 
+    return produce
+
+
+def submit_only(
+    url: str, token: str, queue_id: str, tasks: int, producers: int, run_threads, connect=None
+) -> dict[str, float]:
+    """``tasks`` single submissions from ``producers`` threads, no worker running: tasks/s, and
+    the machine's CPU per task (every process: server, database and producers), and the
+    database's. ``connect()`` gives each thread its client instead of the HTTP one (the
+    direct producer: ``url`` and ``token`` are then unused)."""
+
     before = cpu_sample()
     began = time.monotonic()
-    run_threads(produce, producers)
+    run_threads(single_submissions(url, token, queue_id, tasks, producers, connect), producers)
     seconds = time.monotonic() - began
     after = cpu_sample()
     return {

@@ -43,7 +43,6 @@ from measures import cpu_sample, run_threads
 
 from orbit_shell.engine import db
 from orbit_shell.sdk.client import Client
-from orbit_shell.sdk.models import SubmitTaskRequest
 
 ITEMS = (
     "JSON_TABLE({j}, '$[*]' COLUMNS (seq FOR ORDINALITY, id CHAR(32) PATH '$.attempt_id',"
@@ -209,19 +208,7 @@ def one_per_call(dsn: str, database, token: str, tasks: int, producers: int, wor
         time.sleep(1.0)
         before, began = cpu_sample(), time.monotonic()
 
-        def produce(i: int) -> None:
-            c = Client(url, token)
-            for n in range(i, tasks, producers):
-                request = SubmitTaskRequest(
-                    queue_id=queue_id,
-                    handler="noop",
-                    handler_version="v1",
-                    payload_version="v1",
-                    payload={"n": n},
-                )
-                c.submit_task(f"floor-e2e-{queue_id}-{n}", request)
-            c.close()
-
+        produce = http_floor.single_submissions(url, token, queue_id, tasks, producers)
         run_threads(produce, producers)
         while time.monotonic() - began < 600:
             [left] = database.query(
