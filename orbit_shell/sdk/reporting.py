@@ -66,9 +66,22 @@ class Reporting:
             for event, outcome, retryable, result, error, _ in batch
         ]
         events = [event for event, *_ in batch]
+        want, owns = self._claim_with(events)
+        try:
+            self._send_report(batch, payload, events, want)
+        finally:
+            with self._slots:
+                self._unreported -= len(batch)
+                if owns:
+                    self._claiming = False
+                self._slots.notify_all()
+
+    def _send_report(
+        self, batch: list[tuple], payload: list[dict], events: list[TaskEvent], want: int
+    ) -> None:
+        """Send one report (claiming ``want`` in the same request) and dispatch its answer."""
         answers: list[Any] = [None] * len(batch)
         wires: list[dict[str, Any]] = []
-        want = self._claim_with(events)
         lost = False  # a report that claimed and started lost its answer
         backoff = 0.1
         for _ in range(8):  # an identical result is idempotent, so resending the batch is safe
@@ -112,26 +125,35 @@ class Reporting:
         if lost:
             self._recover_grants()
 
-    def _claim_with(self, reported: Sequence[TaskEvent]) -> int:
+    def _claim_with(self, reported: Sequence[TaskEvent]) -> tuple[int, bool]:
         """How many a report of ``reported`` should claim in the same request (0: report
-        alone): the slots it frees when every slot is held; else one per key it releases.
+        alone), and whether that makes it the worker's one claim in flight (single flight).
 
-        With a slot already free the claim loop is claiming or long-polling on its own, and a
-        report that claimed too would split the work that arrives into more, smaller claims,
-        each a transaction of its own: on the e2e run of single submissions it was 0.87x when
-        every claim held the application row, and without that row no faster (medians of
-        four alternating rounds 328 and 317 tasks/s, its claims carrying 5.4 attempts instead
-        of 7.5, more row-lock waits). A released key is the exception: its
-        result promotes the key's next parked task (K6), which a claim in the same transaction
-        takes at once, where the long poll would see it only at its next probe, 20-50 ms
-        later; a hot key's tasks run one after another, so that wait was most of each one's
-        turn (bench/README.md)."""
+        Without prefetch (``single_flight``) a report of unkeyed work claims the slots it
+        frees unless a claim is in flight already, and the claim loop leaves claiming to the
+        reports while handlers run: a busy worker's round is one request and one transaction,
+        and two claims never split the work that arrives. On the e2e run of single
+        submissions (alternated rounds) that did 1.18x the tasks at 0.85x the CPU a task of a
+        worker whose reports claimed only when every slot was held; a report that claimed
+        beside the claim loop's claims had been no faster, its claims carrying 5.4 attempts
+        instead of 7.5. With prefetch a report claims only when every slot is held. A
+        released key is claimed for either way, one task per key: its result promotes the
+        key's next parked task (K6), which a claim in the same transaction takes at once,
+        where the long poll would see it only at its next probe, 20-50 ms later; a hot key's
+        tasks run one after another, so that wait was most of each one's turn
+        (bench/README.md)."""
         if not self.claim_with_report or self._stopping.is_set():
-            return 0
+            return 0, False
+        keyed = sum(1 for e in reported if e.task.concurrency_key is not None)
         with self._slots:
             held = len(self.inflight)
-        room = self.capacity + self.prefetch
-        freed = room - (held - len(reported))
+            room = self.capacity + self.prefetch
+            freed = min(room - (held - len(reported)), BATCH_MAX)
+            if self.single_flight and not keyed:
+                if self._claiming or freed <= 0:
+                    return 0, False
+                self._claiming = True
+                return freed, True
         if held < room:
-            freed = min(freed, sum(1 for e in reported if e.task.concurrency_key is not None))
-        return min(freed, BATCH_MAX)
+            freed = min(freed, keyed)
+        return freed, False

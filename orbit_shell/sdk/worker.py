@@ -8,10 +8,10 @@ what one claim returned is started in one request. Outcomes are reported in batc
 finishes within ``report_linger`` of the first, sent at once when nothing else is in flight),
 each attempt keeping its own answer. With ``prefetch`` the worker holds up to that many
 claimed attempts beyond its running handlers, not started, so a freed handler starts the next
-one without waiting for a report and a claim. When every slot is held, a report also claims the
-slots it frees, in the same transaction (``claim_with_report``), so a round of a busy worker
-without prefetch is one request; a report that releases keys claims one task per key even
-with slots free (the key's next task is promoted in that transaction)::
+one without waiting for a report and a claim. Without prefetch a worker has one claim in flight
+(``claim_with_report``): while handlers run, the report claims what the round frees, so a busy
+worker's round is one request; a report that releases keys claims one task per key (the key's
+next task is promoted in that transaction)::
 
     worker = Worker([queue_id], url=ORBIT_URL, token=TOKEN, capacity=4)
 
@@ -68,6 +68,10 @@ __all__ = ["Retry", "TaskEvent", "UnknownOutcome", "Worker"]
 log = logging.getLogger("orbit.worker")
 
 SESSION_CAPACITY_MAX = 1000  # what POST /v1/workers/hello accepts
+# Seconds the claim loop of a worker with handlers running leaves claiming to their reports
+# after its last dispatch: a no-op round reports well within it, and handlers that run longer
+# keep free slots idle no longer than this before the long poll claims for them.
+CLAIM_DEFER = 0.02
 
 
 Handler = Callable[[TaskEvent], Any]
@@ -94,10 +98,12 @@ class Worker(Reporting, LeaseRenewal):
         report_linger: seconds a finished outcome waits for others to share its report (the
             handlers of one claim tend to finish together; one request beats several). A
             report goes at once when it holds everything in flight: nothing else could join.
-        claim_with_report: when every slot is held, a report claims the slots it frees in
-            the same request and transaction (``POST /v1/workers/{id}/report-and-claim``),
-            one request and one commit fewer per round; with slots free, one per key the
-            report releases (it takes the key's next task at once, where the long poll would
+        claim_with_report: a report claims in the same request and transaction (``POST
+            /v1/workers/{id}/report-and-claim``): without prefetch, the slots it frees when no
+            other claim is in flight, and the claim loop leaves a busy worker's claiming to
+            its reports (one request and one commit fewer per round); with prefetch, the
+            slots it frees when every slot is held. A report that releases keys claims one
+            task per key (it takes the key's next task at once, where the long poll would
             find it only at its next probe).
         start_with_claim: without prefetch, claims (and reports that claim) start what they
             grant in the same transaction: one request and one commit fewer per round. After
@@ -166,6 +172,11 @@ class Worker(Reporting, LeaseRenewal):
         self._done = threading.Event()
         self._slots = threading.Condition()
         self._reports: queue.SimpleQueue = queue.SimpleQueue()
+        # One claim in flight (no prefetch): two split what arrives into smaller claims.
+        self.single_flight = claim_with_report and self.start_with_claim
+        self._claiming = False  # a claim, or a report that claims, is in flight
+        self._unreported = 0  # outcomes queued for a report and not yet answered
+        self._defer_until = 0.0  # the claim loop leaves claiming to reports until then
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
 
@@ -284,10 +295,24 @@ class Worker(Reporting, LeaseRenewal):
                 if free <= 0:
                     self._slots.wait(0.5)
                     continue
+                if self.single_flight and self._claiming:
+                    self._slots.wait(0.5)  # a report's claim: its answer may fill the slots
+                    continue
+                if self.single_flight and (self._unreported or self._running):
+                    left = self._defer_until - time.monotonic()
+                    if left > 0:  # their report will claim
+                        self._slots.wait(left)
+                        continue
+                self._claiming = True
             try:
-                assignments = self.transport.claim(
-                    self.session_id, min(free, BATCH_MAX), self.wait_ms, self.start_with_claim
-                )
+                try:
+                    assignments = self.transport.claim(
+                        self.session_id, min(free, BATCH_MAX), self.wait_ms, self.start_with_claim
+                    )
+                finally:
+                    with self._slots:
+                        self._claiming = False
+                        self._slots.notify_all()
                 backoff = 0.1
             except ApiError as exc:
                 log.warning("claim failed: %s", exc, extra={"action": "worker.claim"})
@@ -331,6 +356,7 @@ class Worker(Reporting, LeaseRenewal):
                 self.inflight.pop(event.attempt_id, None)
             for event in events:
                 self.inflight[event.attempt_id] = event
+            self._defer_until = time.monotonic() + CLAIM_DEFER
             if started:
                 self._running += len(events)
             else:
@@ -436,6 +462,8 @@ class Worker(Reporting, LeaseRenewal):
             self._handler_done()
             self._release_slot(event)
             raise
+        with self._slots:
+            self._unreported += 1
         self._reports.put((event, *outcome))  # its size last, as the report loop reads it
         self._handler_done()
 

@@ -229,17 +229,28 @@ def test_batched_submissions_and_batched_worker_calls(make_worker, api):
 
 
 class Counting:
-    """A real transport whose calls are counted (what a worker asked, not what it got)."""
+    """A real transport whose calls are counted (what a worker asked, not what it got), with
+    the most claims it had in flight at once (a claim, or a report asking for some)."""
 
     def __init__(self, transport):
         self.transport, self.calls, self.granted = transport, defaultdict(int), defaultdict(int)
+        self.claiming = self.most_claiming = 0
+        self.lock = threading.Lock()
 
     def __getattr__(self, name):
         call = getattr(self.transport, name)
 
         def counted(*args, **kwargs):
-            self.calls[name] += 1
-            answer = call(*args, **kwargs)
+            claims = name == "claim" or (name == "report_and_claim" and args[2] > 0)
+            with self.lock:
+                self.calls[name] += 1
+                self.claiming += claims
+                self.most_claiming = max(self.most_claiming, self.claiming)
+            try:
+                answer = call(*args, **kwargs)
+            finally:
+                with self.lock:
+                    self.claiming -= claims
             if name == "claim":
                 self.granted[name] += len(answer)
             elif name == "report_and_claim":
@@ -282,12 +293,62 @@ def test_reports_refill_the_slots_they_free_without_prefetch(make_worker, api, c
         assert counting.calls["report_and_claim"] == 0
 
 
+def test_a_busy_worker_has_one_claim_in_flight(make_worker, api):
+    """Without prefetch a worker's reports claim for it while its handlers run, though most
+    of its slots are free, and its claim loop waits for them: never two claims in flight at
+    once, so the work that keeps arriving is not split into smaller claims."""
+    q = api.create_queue("one-claim").queue_id
+    worker = make_worker([q], capacity=100)
+    worker.transport = counting = Counting(worker.transport)
+    worker.register("job", "v1", lambda event: time.sleep(0.002))
+    worker.start()
+    ids = []
+    for _ in range(6):  # work that keeps arriving while the worker runs
+        ids += [_submit(api, q) for _ in range(10)]
+    assert set(_wait(api, ids).values()) == {"SUCCEEDED"}
+    assert counting.most_claiming == 1, dict(counting.calls)
+    assert counting.granted["report_and_claim"] > 0, dict(counting.granted)
+    assert counting.granted["claim"] + counting.granted["report_and_claim"] == 60
+
+
+def test_a_long_handler_does_not_hold_the_free_slots_idle(make_worker, api):
+    """The claim loop leaves claiming to the reports only briefly (CLAIM_DEFER): with one
+    handler running for seconds and nothing to report, a task submitted meanwhile is claimed
+    by the long poll and runs beside it, not after it."""
+    q = api.create_queue("long-handler").queue_id
+    started, release = {}, threading.Event()
+
+    def job(event):
+        started[event.task.task_id] = time.monotonic()
+        if event.task.payload == {"n": "long"}:
+            release.wait(10)
+
+    worker = make_worker([q], capacity=4)
+    worker.register("job", "v1", job)
+    worker.start()
+    long_id = api.submit_task(
+        secrets.token_hex(8),
+        SubmitTaskRequest(queue_id=q, handler="job", handler_version="v1",
+                          payload_version="v1", payload={"n": "long"}),
+    ).task.task_id  # fmt: skip
+    deadline = time.monotonic() + 10
+    while long_id not in started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    short_id = _submit(api, q)
+    while short_id not in started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert short_id in started, "the second task waited for the long one"
+    release.set()
+    assert set(_wait(api, [long_id, short_id]).values()) == {"SUCCEEDED"}
+
+
 @pytest.mark.parametrize("keyed", [True, False])
 def test_a_report_that_frees_a_key_claims_the_next_task_with_slots_free(make_worker, api, keyed):
     """Six tasks of one key run one after another: each result releases the key and promotes
     the next (K6), and with slots free its report still claims, in the same transaction, one
     task per key it released, so the next task comes with the report instead of at the long
-    poll's next probe. Unkeyed reports with slots free report alone (the claim loop claims)."""
+    poll's next probe. Six unkeyed tasks all come with the first claim; their report claims
+    for the worker (one claim in flight), and finds nothing more."""
     q = api.create_queue("hot-key").queue_id
     key = f"hot/{secrets.token_hex(4)}" if keyed else None
     ids = [_submit(api, q, key=key) for _ in range(6)]
@@ -301,8 +362,9 @@ def test_a_report_that_frees_a_key_claims_the_next_task_with_slots_free(make_wor
         assert counting.granted["claim"] == 1, dict(counting.granted)
         assert counting.granted["report_and_claim"] == 5, dict(counting.granted)
     else:
-        assert counting.calls["report_and_claim"] == 0, dict(counting.calls)
-        assert counting.granted["claim"] == 6
+        assert counting.granted["claim"] + counting.granted["report_and_claim"] == 6
+        assert counting.calls["report_and_claim"] >= 1, dict(counting.calls)
+        assert counting.calls["result_many"] == 0, dict(counting.calls)
 
 
 @pytest.mark.parametrize(
@@ -441,11 +503,12 @@ def test_l2_large_results_never_cost_another_task_its_report(make_worker, api):
             assert task.result == "y" * (300 * 1024)
 
 
-def test_a_worker_with_a_free_slot_reports_without_claiming(make_worker, api):
-    """A report claims only when every slot is held: with room left the claim loop claims on
-    its own, and a second claimer would split what arrives into more, smaller claims."""
+def test_a_worker_with_prefetch_and_a_free_slot_reports_without_claiming(make_worker, api):
+    """With prefetch a report claims only when every slot is held: with room left the claim
+    loop claims on its own, and a second claimer would split what arrives into more, smaller
+    claims. (Without prefetch the reports claim instead: the test above.)"""
     q = api.create_queue("room").queue_id
-    worker = make_worker([q], capacity=10)
+    worker = make_worker([q], capacity=10, prefetch=2)
     worker.transport = counting = Counting(worker.transport)
     worker.register("job", "v1", lambda event: None)
     worker.start()
