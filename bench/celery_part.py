@@ -20,8 +20,9 @@ processes, each round one request) runs three times, each followed by a Celery r
 pair of the median ratio is kept: what any design of this shape doing what SPEC asks reaches.
 Submit-to-start is measured again at 200 tasks/s: on a slow day 450/s is past one side's
 ceiling or the other's, and its latency is then a backlog's. The paced lines and the one task
-per call line say each side's CPU a task and how many tasks Orbit's claims and reports carried:
-below its ceiling they carry fewer, and a task pays more of their fixed cost alone.
+per call line say each side's CPU a task, how many requests Orbit's workers made a task and how
+many tasks their reports carried: below its ceiling they carry fewer, and a task pays more of
+their fixed cost alone.
 """
 
 from __future__ import annotations
@@ -237,12 +238,18 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
 
 
 def _carried(run: dict) -> str:
-    """How many tasks an Orbit run's claims and reports carried: below its ceiling each
-    carries fewer, and a task pays more of their fixed cost alone."""
-    per = run.get("attempts_per_request", {})
-    if "claim" not in per or "result" not in per:
+    """How many requests an Orbit run's workers made a task, and how many tasks their reports
+    carried (those that claimed too, and those alone): below its ceiling each carries fewer,
+    and a task pays more of their fixed cost alone."""
+    per, calls = run.get("attempts_per_request", {}), run.get("worker_requests", {})
+    kinds = [k for k in ("result", "report_claim") if calls.get(k)]
+    if not kinds or not run.get("completed"):
         return ""
-    return f"; Orbit's claims carry {per['claim']:.1f} tasks, its reports {per['result']:.1f}"
+    reports = sum(per[k] * calls[k] for k in kinds) / sum(calls[k] for k in kinds)
+    return (
+        f"; Orbit's workers make {sum(calls.values()) / run['completed']:.2f} requests a task, "
+        f"their reports carry {reports:.1f} tasks"
+    )
 
 
 def _print(setting: str, r: dict) -> None:

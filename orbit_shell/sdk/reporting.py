@@ -133,10 +133,10 @@ class Reporting:
         frees unless a claim is in flight already, and the claim loop leaves claiming to the
         reports while handlers run: a busy worker's round is one request and one transaction,
         and two claims never split the work that arrives. On the e2e run of single
-        submissions (alternated rounds) that did 1.18x the tasks at 0.85x the CPU a task of a
-        worker whose reports claimed only when every slot was held; a report that claimed
-        beside the claim loop's claims had been no faster, its claims carrying 5.4 attempts
-        instead of 7.5. With prefetch a report claims only when every slot is held. A
+        submissions (alternated rounds) that did 1.18-1.30x the tasks at 0.77-0.85x the CPU
+        a task of a worker whose reports claimed only when every slot was held; a report that
+        claimed beside the claim loop's claims had been no faster, its claims carrying 5.4
+        attempts instead of 7.5. With prefetch a report claims only when every slot is held. A
         released key is claimed for either way, one task per key: its result promotes the
         key's next parked task (K6), which a claim in the same transaction takes at once,
         where the long poll would see it only at its next probe, 20-50 ms later; a hot key's
