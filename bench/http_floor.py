@@ -32,7 +32,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -304,10 +304,17 @@ def serving(dsn: str, database, workers: int = 4):
 
 
 def spec_install(
-    dsn: str, token: str, queue_id: str, ddl=spec_floor.DDL, scopes: str = "tasks:submit"
+    dsn: str,
+    token: str,
+    queue_id: str,
+    ddl=spec_floor.DDL,
+    scopes: str = "tasks:submit",
+    sessions: Sequence[str] = (),
+    capacity: int = 100,
 ) -> str:
     """The SPEC floor's scratch database (``ddl``) with one application, the queue
-    ``queue_id`` and ``token``'s credential of ``scopes``; its name."""
+    ``queue_id``, ``token``'s credential of ``scopes`` and a worker session of ``capacity`` on
+    the queue per public id in ``sessions``; its name."""
     scratch = floor.install(dsn, ddl)
     public_id, sha256 = bearer(f"Bearer {token}")
     conn = db.connect(dsn)
@@ -323,6 +330,12 @@ def spec_install(
                 " VALUES (%s, 1, %s, %s)",
                 (public_id, sha256, scopes),
             )
+            for n, session in enumerate(sessions, start=1):
+                cur.execute(
+                    f"INSERT INTO `{scratch}`.spec_sessions"
+                    " VALUES (%s, %s, 1, %s, 0, UTC_TIMESTAMP(6))",
+                    (n, session, capacity),
+                )
         conn.commit()
     finally:
         conn.close()

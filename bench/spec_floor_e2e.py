@@ -41,7 +41,6 @@ import http_floor
 import spec_floor
 from measures import cpu_sample, run_threads
 
-from orbit_shell.engine import db
 from orbit_shell.sdk.client import Client
 
 ITEMS = (
@@ -165,27 +164,6 @@ BEGIN
 END"""
 
 
-def _install(dsn: str, token: str, queue_id: str, sessions: list[str]) -> str:
-    """The SPEC floor's scratch database with ``spec_turn`` (``http_floor.spec_install``:
-    ``token`` may also consume) and a session of capacity ``TURN_MAX`` per name in
-    ``sessions``."""
-    scopes = "tasks:submit,workers:consume"
-    scratch = http_floor.spec_install(dsn, token, queue_id, (*spec_floor.DDL, TURN), scopes)
-    conn = db.connect(dsn)
-    try:
-        with conn.cursor() as cur:
-            for n, session in enumerate(sessions, start=1):
-                cur.execute(
-                    f"INSERT INTO `{scratch}`.spec_sessions"
-                    " VALUES (%s, %s, 1, %s, 0, UTC_TIMESTAMP(6))",
-                    (n, session, TURN_MAX),
-                )
-        conn.commit()
-    finally:
-        conn.close()
-    return scratch
-
-
 def one_per_call(dsn: str, database, token: str, tasks: int, producers: int, workers: int):
     """``tasks`` single submissions from ``producers`` threads (the SDK client's
     ``submit_task``) while ``workers`` floor worker processes run them, timed as the e2e part
@@ -194,7 +172,11 @@ def one_per_call(dsn: str, database, token: str, tasks: int, producers: int, wor
     many tasks the workers' turns carried."""
     queue_id = secrets.token_hex(16)
     sessions = [secrets.token_hex(16) for _ in range(workers)]
-    scratch = _install(dsn, token, queue_id, sessions)
+    # The token submits and works: one credential, as the e2e part's producers and workers.
+    scratch = http_floor.spec_install(
+        dsn, token, queue_id, (*spec_floor.DDL, TURN), "tasks:submit,workers:consume",
+        sessions, TURN_MAX,
+    )  # fmt: skip
     with http_floor._served(dsn, database, scratch, 4, "spec") as (_, url):
         procs = [
             subprocess.Popen(
