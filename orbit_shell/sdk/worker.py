@@ -448,9 +448,11 @@ class Worker(Reporting, LeaseRenewal):
         with self._slots:
             return len(self.inflight) - len(self._waiting)
 
-    def _handler_done(self) -> None:
+    def _handler_done(self, owed: int = 0) -> None:
+        """A handler returned; ``owed``: the outcomes it left for a report (0 or 1)."""
         with self._slots:
             self._running -= 1
+            self._unreported += owed
             self._slots.notify_all()
 
     def _execute(self, event: TaskEvent) -> None:
@@ -462,10 +464,8 @@ class Worker(Reporting, LeaseRenewal):
             self._handler_done()
             self._release_slot(event)
             raise
-        with self._slots:
-            self._unreported += 1
+        self._handler_done(owed=1)  # counted before it is queued: its report will claim
         self._reports.put((event, *outcome))  # its size last, as the report loop reads it
-        self._handler_done()
 
     def _release_slot(self, event: TaskEvent) -> None:
         with self._slots:
