@@ -15,6 +15,7 @@ from orbit_shell.engine.schema import routine_name
 KEYED = "000005_keyed_concurrency"
 POLICIES = "000022_key_policies"
 PARKED = "000024_parked_candidates"
+UNATTEMPTED = "000025_unattempted_grants"
 
 
 def _rows(dsn: str, sql: str, args=()):
@@ -266,6 +267,72 @@ def test_p3_upgrade_restarts_candidates_a_lowered_limit_left_parked(fresh_dsn):
         {"k": "kept", "candidate": 3, "lane": "READY"},
         {"k": "room", "candidate": 1, "lane": "READY"},
     ]
+
+
+def test_upgrade_requeues_tasks_granted_without_an_attempt(fresh_dsn):
+    """A task a grant left RUNNING or LEASED with no attempt of its own (current attempt 0, or
+    an id of another row) is WAITING again with a history row: unkeyed READY, keyed its key's
+    READY candidate once the key's holder, attempt 0, is freed; the permit of attempt 0 goes.
+    A task running on its own attempt is left as it is."""
+    with _before(fresh_dsn, UNATTEMPTED, queue=True) as cur:
+        now = "UTC_TIMESTAMP(6)"
+        cur.execute(
+            "INSERT INTO namespaces (id, application_id, environment_id, name, created_at) "
+            f"VALUES (1, 1, 1, 'ns', {now})"
+        )
+        # 1: unkeyed, RUNNING on attempt 0; 2: keyed 'k', RUNNING on attempt 0, holding the
+        # key; 3: LEASED on attempt 5, which is task 4's; 4: RUNNING on its own attempt 5.
+        for task, key, state, current in (
+            (1, "", "RUNNING", 0),
+            (2, "k", "RUNNING", 0),
+            (3, "", "LEASED", 5),
+            (4, "", "RUNNING", 5),
+        ):
+            cur.execute(
+                "INSERT INTO tasks (id, public_id, namespace_id, application_id, queue_id, "
+                "idempotency_key, handler, handler_version, payload_version, payload, "
+                "concurrency_key, priority, state, lane, max_attempts, attempts_used, "
+                "current_attempt_id, available_at, created_at, updated_at) VALUES "
+                f"({task}, REPEAT('{task}', 32), 1, 1, 1, 'i{task}', 'h', 'v1', 'v1', '{{}}', "
+                f"'{key}', 5, '{state}', NULL, 3, 1, {current}, {now}, {now}, {now})"
+            )
+        cur.execute(
+            "INSERT INTO attempts (id, public_id, task_id, namespace_id, application_id, "
+            "queue_id, session_id, attempt_number, concurrency_token, state, "
+            f"lease_expires_at, created_at) VALUES (5, REPEAT('e', 32), 4, 1, 1, 1, 1, 1, 0, "
+            f"'RUNNING', {now} + INTERVAL 30 SECOND, {now})"
+        )
+        cur.execute(
+            "INSERT INTO concurrency_resources (namespace_id, concurrency_key, token, "
+            f"holder_attempt_id, created_at, updated_at) VALUES (1, 'k', 3, 0, {now}, {now})"
+        )
+        cur.execute(
+            "INSERT INTO permits (attempt_id, kind, scope_id, expires_at, created_at) VALUES "
+            f"(0, 'QUEUE', 1, {now}, {now}), (5, 'QUEUE', 1, {now}, {now})"
+        )
+    schema.apply(fresh_dsn)
+    tasks = _rows(
+        fresh_dsn,
+        "SELECT id, state, lane, attempts_used, current_attempt_id FROM tasks ORDER BY id",
+    )
+    assert tasks == [
+        {"id": 1, "state": "WAITING", "lane": "READY", "attempts_used": 0,
+         "current_attempt_id": None},
+        {"id": 2, "state": "WAITING", "lane": "READY", "attempts_used": 0,
+         "current_attempt_id": None},
+        {"id": 3, "state": "WAITING", "lane": "READY", "attempts_used": 0,
+         "current_attempt_id": None},
+        {"id": 4, "state": "RUNNING", "lane": None, "attempts_used": 1, "current_attempt_id": 5},
+    ]  # fmt: skip
+    [key] = _rows(fresh_dsn, "SELECT holder_attempt_id, candidate_task_id, token FROM "
+                  "concurrency_resources")  # fmt: skip
+    assert key == {"holder_attempt_id": None, "candidate_task_id": 2, "token": 3}
+    history = _rows(fresh_dsn, "SELECT task_id, event, from_state, to_state FROM task_history")
+    assert history == [
+        {"task_id": t, "event": "REQUEUED", "from_state": s, "to_state": "WAITING"}
+        for t, s in ((1, "RUNNING"), (2, "RUNNING"), (3, "LEASED"))
+    ]
+    assert _rows(fresh_dsn, "SELECT attempt_id FROM permits") == [{"attempt_id": 5}]
 
 
 def test_server_refuses_newer_schema_and_foreign_routines(fresh_dsn):
