@@ -17,7 +17,9 @@ HTTP floor's submission plus that is the least one task per call over HTTP can c
 Orbit's worker (the SPEC floor's plus that, the least for a submission doing what SPEC asks).
 The SPEC floor's whole task (``bench/spec_floor_e2e.py``: its submissions and two floor worker
 processes, each round one request) runs three times, each followed by a Celery round, and the
-pair of the median ratio is kept: what any design of this shape doing what SPEC asks reaches.
+pair of the median ratio is kept: what any design of this shape doing what SPEC asks reaches;
+it runs once more at the paced rate, followed by a Celery round at that rate. One task per call
+says where each side's CPU went by process (producers, server, mariadbd, workers).
 Submit-to-start is measured again at 200 tasks/s: on a slow day 450/s is past one side's
 ceiling or the other's, and its latency is then a backlog's. The paced lines and the one task
 per call line say each side's CPU a task, how many requests Orbit's workers made a task and how
@@ -101,12 +103,13 @@ def _floor(bench: Bench, kind: str = "floor") -> dict:
     )
 
 
-def _spec_floor_e2e(bench: Bench) -> dict:
+def _spec_floor_e2e(bench: Bench, shape: str = "one_per_call") -> dict:
     """The SPEC floor's one task per call end to end (``bench/spec_floor_e2e.py``): its
     submissions from the same 8 producers and two floor worker processes, each round one
-    request: what a design doing only what SPEC asks reaches on this shape."""
-    tasks = SHAPES["one_per_call"][0]
-    return spec_floor_e2e.one_per_call(bench.dsn, bench.db, bench.token, tasks, 8, 2)
+    request: what a design doing only what SPEC asks reaches on this shape. ``shape`` "paced":
+    the same at the paced shape's rate."""
+    tasks, _, _, rate = SHAPES[shape]
+    return spec_floor_e2e.one_per_call(bench.dsn, bench.db, bench.token, tasks, 8, 2, rate)
 
 
 def _direct_submissions(bench: Bench, url: str) -> dict:
@@ -192,6 +195,9 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
                 theirs[shape] = _celery(broker, shape, *best)
                 if shape == "paced":
                     mine["paced_mysql"] = _orbit(bench, url, shape, capacity, True, True)
+                    # The SPEC floor's whole task at the same rate, and a Celery round after.
+                    mine["spec_floor_paced"] = _spec_floor_e2e(bench, shape)
+                    theirs["spec_floor_paced"] = _celery(broker, shape, *best)
         finally:
             broker.stop()
 
@@ -222,6 +228,9 @@ def run_celery(bench: Bench, url: str, capacity: int) -> dict:
             "paced_p50_ratio": ratio("paced", "paced", "submit_to_start_p50_ms"),
             "paced_mysql_p50_ratio": ratio("paced_mysql", "paced", "submit_to_start_p50_ms"),
             "paced_low_p50_ratio": ratio("paced_low", "paced_low", "submit_to_start_p50_ms"),
+            "spec_paced_p50_ratio": ratio(
+                "spec_floor_paced", "spec_floor_paced", "submit_to_start_p50_ms"
+            ),
             "worker_side_cpu_ms": mine["one_per_call_mysql"]["cpu_ms_per_task"]
             - mine["direct_submissions"]["cpu_ms_per_task"],
             "worker_side_cpu_ratio": worker_ratio,
@@ -250,6 +259,13 @@ def _carried(run: dict) -> str:
         f"; Orbit's workers make {sum(calls.values()) / run['completed']:.2f} requests a task, "
         f"their reports carry {reports:.1f} tasks"
     )
+
+
+def _split(run: dict) -> str:
+    """A run's CPU a task by process role (``measures.cpu_split``)."""
+    roles = ("producers", "server", "mariadbd", "workers")
+    split = run.get("cpu_split_ms_per_task", {})
+    return ", ".join(f"{role} {split.get(role, 0.0):.2f}" for role in roles)
 
 
 def _print(setting: str, r: dict) -> None:
@@ -310,6 +326,11 @@ def _print(setting: str, r: dict) -> None:
         f"{_carried(o['paced'])}",
         f"celery ({setting} Redis): the same with no HTTP: Orbit "
         f"{o['paced_mysql']['submit_to_start_p50_ms']:.1f} ms = {r['paced_mysql_p50_ratio']:.2f}x",
+        f"celery ({setting} Redis): the same, the SPEC floor's whole task: "
+        f"{o['spec_floor_paced']['submit_to_start_p50_ms']:.1f} ms, the machine "
+        f"{o['spec_floor_paced']['cpu_busy_pct']:.0f}% busy / Celery in the round after "
+        f"{c['spec_floor_paced']['submit_to_start_p50_ms']:.1f} ms = "
+        f"{r['spec_paced_p50_ratio']:.2f}x",
         f"celery ({setting} Redis): submit-to-start p50 at {PACED_LOW:.0f} tasks/s: "
         f"Orbit {o['paced_low']['submit_to_start_p50_ms']:.1f} ms, the machine "
         f"{o['paced_low']['cpu_busy_pct']:.0f}% busy, {o['paced_low']['cpu_ms_per_task']:.2f} "
@@ -317,6 +338,13 @@ def _print(setting: str, r: dict) -> None:
         f"{c['paced_low']['cpu_busy_pct']:.0f}% busy, {c['paced_low']['cpu_ms_per_task']:.2f} "
         f"ms a task = {r['paced_low_p50_ratio']:.2f}x{_carried(o['paced_low'])}",
     ]
+    split = (
+        f"celery ({setting} Redis): where one task per call's CPU goes, ms a task: Orbit "
+        + _split(o["one_per_call"])
+        + "; the SPEC floor's whole task "
+        + _split(o["spec_floor_e2e"])
+    )
+    lines.insert(3, split)
     for shape in ("batches", "keys1000", "hot10"):
         extra = ""
         if shape != "batches":

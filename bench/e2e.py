@@ -13,7 +13,9 @@ from pathlib import Path
 
 from engine_parts import Bench
 from measures import (
+    cpu_by_process,
     cpu_sample,
+    cpu_split,
     lock_counters,
     lock_delta,
     pct,
@@ -182,7 +184,7 @@ def e2e(
     spawned = time.monotonic()
     time.sleep(0 if drain else 1.0)
     started = time.monotonic()
-    cpu_before = cpu_sample()
+    cpu_before, processes_before = cpu_sample(), cpu_by_process()
     locks_before = lock_counters(bench.db)
 
     producer_dsn = bench.producer_dsn if direct_producer else None  # made once, not per thread
@@ -242,11 +244,13 @@ def e2e(
             break
         time.sleep(0.01 if drain else 0.05)
     finished = time.monotonic()
-    cpu_after = cpu_sample()
+    cpu_after, processes_after = cpu_sample(), cpu_by_process()
     locks = lock_delta(locks_before, lock_counters(bench.db))
     [done] = bench.db.query(
         "SELECT COUNT(*) AS n FROM tasks WHERE queue_id = %s AND state = 'SUCCEEDED'", (row["id"],)
     )
+    if done["n"] != tasks:  # a task lost or stuck is a defect, never only a lower figure
+        print(f"e2e {name}: {tasks - done['n']} of {tasks} tasks did not succeed", flush=True)
     total = cpu_after[1] - cpu_before[1]
     lat = bench.db.query(
         "SELECT TIMESTAMPDIFF(MICROSECOND, t.created_at, a.started_at) / 1000 AS ms FROM tasks t "
@@ -318,5 +322,7 @@ def e2e(
         "request_ms": {k: 1000 * s / c for k, (c, _, s) in sizes.items() if c},
         "cpu_busy_pct": 100 * (cpu_after[0] - cpu_before[0]) / total if total else 0.0,
         "mariadbd_cpu_pct": 100 * (cpu_after[2] - cpu_before[2]) / total if total else 0.0,
+        # Where a task's CPU went: producers (this process), server, mariadbd, workers.
+        "cpu_split_ms_per_task": cpu_split(processes_before, processes_after, done["n"] or 1),
         **locks,
     }

@@ -240,14 +240,18 @@ def start(
 
 
 def single_submissions(url: str, token: str, queue_id: str, tasks: int, producers: int,
-                       connect=None) -> Callable[[int], None]:  # fmt: skip
+                       connect=None, rate: float = 0.0) -> Callable[[int], None]:  # fmt: skip
     """The producers' loop: thread ``i`` of ``producers`` submits every ``producers``-th of
     ``tasks`` no-op tasks to ``queue_id``, one request each, through its own client (the SDK's
-    HTTP client, or ``connect()``'s)."""
+    HTTP client, or ``connect()``'s); at ``rate`` tasks/s in all when it is set, interleaved
+    as the e2e part's producers pace theirs, from when the loop is made."""
+    began = time.monotonic()
 
     def produce(i: int) -> None:
         c = connect() if connect else Client(url, token)
-        for n in range(i, tasks, producers):
+        for k, n in enumerate(range(i, tasks, producers)):
+            if rate:  # this thread's k-th request, interleaved with the others' at ``rate``
+                time.sleep(max(0.0, began + (k * producers + i) / rate - time.monotonic()))
             request = SubmitTaskRequest(
                 queue_id=queue_id,
                 handler="noop",

@@ -226,6 +226,47 @@ def cpu_sample() -> tuple[float, float, float]:
     return (sum(fields) - idle) / tick, sum(fields) / tick, db_cpu_seconds(mariadbd_pids())
 
 
+# A process's role in a run by the program it runs (the name of its first or second argument):
+# the SDK's and the floors' worker processes, the `orbit` and floor servers (gunicorn, every
+# process of it), the database.
+ROLES = {
+    "noop_worker.py": "workers",
+    "spec_floor_e2e.py": "workers",
+    "orbit": "server",
+    "http_floor.py": "server",
+    "mariadbd": "mariadbd",
+}
+
+
+def cpu_by_process() -> dict[int, tuple[str, float]]:
+    """CPU seconds used so far, by pid, of this process (role "producers": the bench's own
+    threads send the tasks) and of every process that plays a role in ``ROLES`` (the others,
+    Redis and Celery's workers among them, are not read)."""
+    me = os.getpid()
+    out = {me: ("producers", time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID))}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        role = next((ROLES[n] for n in (Path(a).name for a in argv[:2]) if n in ROLES), None)
+        if role:
+            out[int(entry.name)] = (role, db_cpu_seconds([int(entry.name)]))
+    return out
+
+
+def cpu_split(before: dict, after: dict, tasks: int) -> dict[str, float]:
+    """CPU milliseconds a task by role between two ``cpu_by_process`` samples, of the
+    processes alive at both: where one task's CPU went."""
+    split: dict[str, float] = {}
+    for pid, (role, seconds) in after.items():
+        if pid in before and before[pid][0] == role:
+            split[role] = split.get(role, 0.0) + 1000 * (seconds - before[pid][1]) / tasks
+    return split
+
+
 def vm_hwm_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):

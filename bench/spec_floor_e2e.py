@@ -39,7 +39,7 @@ from typing import Any
 
 import http_floor
 import spec_floor
-from measures import cpu_sample, run_threads
+from measures import cpu_by_process, cpu_sample, cpu_split, pct, run_threads
 
 from orbit_shell.sdk.client import Client
 
@@ -164,12 +164,16 @@ BEGIN
 END"""
 
 
-def one_per_call(dsn: str, database, token: str, tasks: int, producers: int, workers: int):
+def one_per_call(
+    dsn: str, database, token: str, tasks: int, producers: int, workers: int, rate: float = 0.0
+):
     """``tasks`` single submissions from ``producers`` threads (the SDK client's
-    ``submit_task``) while ``workers`` floor worker processes run them, timed as the e2e part
-    times Orbit's: the workers start a second before the clock, which stops when the queue has
-    nothing waiting or running. Tasks/s, the machine's and mariadbd's CPU per task, and how
-    many tasks the workers' turns carried."""
+    ``submit_task``), at ``rate`` tasks/s in all when it is set, while ``workers`` floor worker
+    processes run them, timed as the e2e part times Orbit's: the workers start a second before
+    the clock, which stops when the queue has nothing waiting or running. Tasks/s, the
+    machine's and mariadbd's CPU per task, submit-to-start (the task's row made to its start
+    recorded, both stamped by the database, as Orbit's are) and how many tasks the workers'
+    turns carried."""
     queue_id = secrets.token_hex(16)
     sessions = [secrets.token_hex(16) for _ in range(workers)]
     # The token submits and works: one credential, as the e2e part's producers and workers.
@@ -188,9 +192,9 @@ def one_per_call(dsn: str, database, token: str, tasks: int, producers: int, wor
             for session in sessions
         ]
         time.sleep(1.0)
-        before, began = cpu_sample(), time.monotonic()
+        before, processes, began = cpu_sample(), cpu_by_process(), time.monotonic()
 
-        produce = http_floor.single_submissions(url, token, queue_id, tasks, producers)
+        produce = http_floor.single_submissions(url, token, queue_id, tasks, producers, rate=rate)
         run_threads(produce, producers)
         while time.monotonic() - began < 600:
             [left] = database.query(
@@ -200,9 +204,14 @@ def one_per_call(dsn: str, database, token: str, tasks: int, producers: int, wor
             if not left["busy"]:
                 break
             time.sleep(0.05)
-        seconds, after = time.monotonic() - began, cpu_sample()
+        seconds, after, processes_after = time.monotonic() - began, cpu_sample(), cpu_by_process()
         [done] = database.query(
             f"SELECT COUNT(*) AS n FROM `{scratch}`.spec_tasks WHERE state = 'SUCCEEDED'"
+        )
+        started = database.query(
+            f"SELECT TIMESTAMPDIFF(MICROSECOND, t.created_at, h.at) / 1000 AS ms"
+            f" FROM `{scratch}`.spec_history h JOIN `{scratch}`.spec_tasks t ON t.id = h.task"
+            " WHERE h.what = 'RUNNING'"
         )
         turns = {"turns": 0, "claimed": 0, "empty": 0}
         for p in procs:
@@ -217,7 +226,10 @@ def one_per_call(dsn: str, database, token: str, tasks: int, producers: int, wor
         "tasks_per_s": tasks / seconds,
         "cpu_ms_per_task": (after[0] - before[0]) * 1000 / tasks,
         "mariadbd_cpu_ms_per_task": (after[2] - before[2]) * 1000 / tasks,
+        "cpu_split_ms_per_task": cpu_split(processes, processes_after, tasks),
         "cpu_busy_pct": 100 * (after[0] - before[0]) / (after[1] - before[1]),
+        "paced_submit_per_s": rate,
+        "submit_to_start_p50_ms": pct([float(r["ms"]) for r in started], 50),
         "tasks_per_turn": turns["claimed"] / max(1, turns["turns"] - turns["empty"]),
         **turns,
     }
