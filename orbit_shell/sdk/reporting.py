@@ -93,19 +93,22 @@ class Reporting:
                 else:
                     answers = self.transport.result_many(self.session_id, payload)
                 break
-            except UnavailableError as exc:
-                # Resent as results alone: a second claim is not idempotent. What a lost answer
-                # granted, if it committed, is recovered below when the claim started it (a
-                # hello again); else it was never started and comes back when its lease ends.
+            except ApiError as exc:
+                if not maybe_committed(exc):  # refused (4xx): nothing was written
+                    log.error("results refused: %s", exc, extra={"action": "worker.result"})
+                    answers = [exc] * len(batch)
+                    break
+                # Unavailable, or failed in the server (5xx, perhaps in the claim half and
+                # perhaps after the commit): resent as results alone, since a second claim is
+                # not idempotent. What a lost answer granted, if it committed, is recovered
+                # below when the claim started it (a hello again); else it was never started
+                # and comes back when its lease ends. Taken as refused, a 5xx of the claim
+                # half cost the results of the whole batch: each task ended at its lease's end.
                 lost = lost or (want > 0 and self.start_with_claim)
                 want = 0
                 log.warning("results failed, retrying: %s", exc, extra={"action": "worker.result"})
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
-            except ApiError as exc:
-                log.error("results refused: %s", exc, extra={"action": "worker.result"})
-                answers = [exc] * len(batch)
-                break
         for (event, outcome, *_), answer in zip(batch, answers, strict=True):
             ids = {
                 "attempt_id": event.attempt_id,
@@ -157,3 +160,9 @@ class Reporting:
         if held < room:
             freed = min(freed, keyed)
         return freed, False
+
+
+def maybe_committed(exc: ApiError) -> bool:
+    """Whether a failed call may have committed all the same: its answer was lost on the way
+    (no answer, 503) or failed after the commit (5xx). A 4xx refused it before anything."""
+    return isinstance(exc, UnavailableError) or exc.status >= 500

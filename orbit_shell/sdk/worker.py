@@ -45,11 +45,7 @@ from typing import Any
 
 from orbit_shell.sdk.client import Client
 from orbit_shell.sdk.leases import LeaseRenewal
-from orbit_shell.sdk.models import (
-    ApiError,
-    ProtocolError,
-    UnavailableError,
-)
+from orbit_shell.sdk.models import ApiError, ProtocolError, UnavailableError
 from orbit_shell.sdk.protocol import (
     ProtocolGuard,
     Retry,
@@ -57,7 +53,7 @@ from orbit_shell.sdk.protocol import (
     UnknownOutcome,
     outcome_of,
 )
-from orbit_shell.sdk.reporting import Reporting
+from orbit_shell.sdk.reporting import Reporting, maybe_committed
 from orbit_shell.sdk.transport import Hello, HttpTransport, Transport
 from orbit_shell.validation import BATCH_MAX
 
@@ -318,7 +314,7 @@ class Worker(Reporting, LeaseRenewal):
                 log.warning("claim failed: %s", exc, extra={"action": "worker.claim"})
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, self.max_idle_backoff)
-                if self.start_with_claim and _maybe_committed(exc):
+                if self.start_with_claim and maybe_committed(exc):
                     self._recover_grants()
                 continue
             self._dispatch(assignments, started=self.start_with_claim)
@@ -491,9 +487,3 @@ class Worker(Reporting, LeaseRenewal):
             "drained" if self.drained else "stopped with work in flight",
             extra={"action": "worker.drain", "session_id": self.session_id},
         )
-
-
-def _maybe_committed(exc: ApiError) -> bool:
-    """Whether a failed call may have committed all the same: its answer was lost on the way
-    (no answer, 503) or failed after the commit (5xx). A 4xx refused it before anything."""
-    return isinstance(exc, UnavailableError) or exc.status >= 500

@@ -433,6 +433,35 @@ def test_a_lost_answer_of_a_claim_that_started_is_recovered_and_run(make_worker,
     assert len(runs) == 3  # each task ran once: the recovered attempt was not claimed again
 
 
+@pytest.mark.parametrize("committed", [False, True], ids=["rolled_back", "committed"])
+def test_a_report_that_failed_in_the_server_is_resent_as_results_alone(make_worker, api, committed):
+    """A report-and-claim answered with a 5xx (INTERNAL) failed in the server, perhaps in its
+    claim half, perhaps after its commit. Its results are sent again alone (they are
+    idempotent) and what a committed claim started is recovered by hello; taken as refused,
+    the batch's results were dropped and its tasks ended at their lease's end (30 s here)."""
+    q = api.create_queue("report-5xx", lease_seconds=30).queue_id
+    key = f"hot/{secrets.token_hex(4)}"
+    ids = [_submit(api, q, key=key) for _ in range(3)]
+    worker = make_worker([q], capacity=2)
+    real, failed = worker.transport.report_and_claim, []
+
+    def failing(session_id, items, *args, **kwargs):
+        if items and not failed:
+            failed.append([i["attempt_id"] for i in items])
+            if committed:
+                real(session_id, items, *args, **kwargs)
+            raise ApiError("INTERNAL", 500, "injected: the report failed in the server")
+        return real(session_id, items, *args, **kwargs)
+
+    worker.transport.report_and_claim = failing
+    runs = []
+    worker.register("job", "v1", lambda event: runs.append(event.task.task_id))
+    worker.start()
+    assert _wait(api, ids, timeout=20) == dict.fromkeys(ids, "SUCCEEDED")
+    assert len(failed) == 1
+    assert sorted(runs) == sorted(ids)  # each ran once: nothing was claimed twice
+
+
 @pytest.mark.parametrize(
     "path, how",
     [
