@@ -13,11 +13,21 @@ procedures on a real MariaDB; the grant is called as worker_claim calls it, on o
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
+import threading
+import time
+
 import pytest
 
 from orbit_shell.engine import db
 from orbit_shell.engine.schema import routine_name
-from tests.engine import Engine
+from tests.engine import Engine, submit_args
+
+# Seconds of the concurrent run below: short in CI, where the race is rarely met; the chaos
+# runner's --long gives it minutes (tests/chaos/run).
+STRESS_SECONDS = float(os.environ.get("ORBIT_CHAOS_CLAIM_SECONDS", "4"))
 
 
 def _grant_with_unseen_candidate(orbit_dsn, eng: Engine, session: str, report: bool) -> int:
@@ -88,3 +98,77 @@ def test_a_claim_grants_only_tasks_a_plain_read_sees(database, tenant, orbit_dsn
     )
     [s] = database.query("SELECT in_flight FROM worker_sessions WHERE public_id = %s", (session,))
     assert s["in_flight"] == ready
+
+
+@pytest.mark.slow
+def test_claims_beside_single_submissions_grant_every_task_with_its_attempt(
+    database, tenant, orbit_dsn
+):
+    """The race itself: single submissions committing while two sessions report and claim in
+    one transaction each, as the e2e run that met it did, for STRESS_SECONDS. Afterwards every
+    task LEASED or RUNNING is on an attempt of its own, every permit has its attempt and no
+    history row names an attempt that does not exist. The old grant broke this about once in
+    80,000 tasks (about a minute of this run); a short run checks the invariant, a long one
+    (--long) looks for the race."""
+    eng = Engine(database, tenant)
+    sessions = [eng.hello(capacity=100, keys=False)[0] for _ in range(2)]
+    stop = time.monotonic() + STRESS_SECONDS
+    errors: list[Exception] = []
+
+    def submit(i: int) -> None:
+        n = 0
+        while time.monotonic() < stop:
+            key = f"stress-{i}-{n}-{secrets.token_hex(4)}"
+            database.call("task_submit", *submit_args(tenant.namespace_id, eng.ids[eng.queue], key))
+            n += 1
+
+    def work(session: str) -> None:
+        held: list[dict] = []
+        while time.monotonic() < stop:
+            items = json.dumps(
+                [
+                    {"attempt_id": a["attempt_id"], "outcome": "succeeded", "retryable": 0,
+                     "result": "", "error": ""}
+                    for a in held
+                ]
+            )  # fmt: skip
+            try:
+                sets = database.call(
+                    "worker_report_claim", tenant.namespace_id, session, items, 100, 1
+                )
+            except Exception as exc:  # noqa: BLE001 - any failure fails the test below
+                errors.append(exc)
+                return
+            held = sets[1] if len(sets) > 1 else []
+
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=work, args=(s,)) for s in sessions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert (
+        database.query(
+            "SELECT t.id, t.state, t.current_attempt_id FROM tasks t"
+            " LEFT JOIN attempts a ON a.id = t.current_attempt_id AND a.task_id = t.id"
+            " WHERE t.namespace_id = %s AND t.state IN ('LEASED', 'RUNNING') AND a.id IS NULL",
+            (tenant.namespace_id,),
+        )
+        == []
+    )
+    assert (
+        database.query(
+            "SELECT p.attempt_id FROM permits p LEFT JOIN attempts a ON a.id = p.attempt_id"
+            " WHERE a.id IS NULL"
+        )
+        == []
+    )
+    assert (
+        database.query(
+            "SELECT h.id FROM task_history h LEFT JOIN attempts a ON a.id = h.attempt_id"
+            " WHERE h.namespace_id = %s AND h.attempt_id IS NOT NULL AND a.id IS NULL",
+            (tenant.namespace_id,),
+        )
+        == []
+    )
