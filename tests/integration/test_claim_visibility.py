@@ -60,6 +60,23 @@ def _grant_with_unseen_candidate(orbit_dsn, eng: Engine, session: str, report: b
         conn.close()
 
 
+def _orphans(database, namespace_id: int) -> dict[str, list]:
+    """Rows naming an attempt that does not exist: permits (any namespace: a permit has
+    none of its own), and the namespace's history rows."""
+    return {
+        "permits": database.query(
+            "SELECT p.attempt_id FROM permits p LEFT JOIN attempts a ON a.id = p.attempt_id"
+            " WHERE a.id IS NULL"
+        ),
+        "history": database.query(
+            "SELECT h.id, h.task_id, h.event FROM task_history h"
+            " LEFT JOIN attempts a ON a.id = h.attempt_id"
+            " WHERE h.namespace_id = %s AND h.attempt_id IS NOT NULL AND a.id IS NULL",
+            (namespace_id,),
+        ),
+    }
+
+
 @pytest.mark.parametrize("report", [False, True], ids=["claim", "report_and_claim"])
 @pytest.mark.parametrize("ready", [1, 2], ids=["single_grant", "group_grant"])
 def test_a_claim_grants_only_tasks_a_plain_read_sees(database, tenant, orbit_dsn, ready, report):
@@ -80,22 +97,7 @@ def test_a_claim_grants_only_tasks_a_plain_read_sees(database, tenant, orbit_dsn
     assert {(g["state"], g["attempt_state"]) for g in granted} == {("RUNNING", "RUNNING")}
     assert first == granted[0]["attempt"]
     # Nothing was written for a grant that has no attempt: no permit, no history row.
-    assert (
-        database.query(
-            "SELECT p.attempt_id FROM permits p LEFT JOIN attempts a ON a.id = p.attempt_id"
-            " WHERE a.id IS NULL"
-        )
-        == []
-    )
-    assert (
-        database.query(
-            "SELECT h.id, h.task_id, h.event FROM task_history h"
-            " LEFT JOIN attempts a ON a.id = h.attempt_id"
-            " WHERE h.namespace_id = %s AND h.attempt_id IS NOT NULL AND a.id IS NULL",
-            (tenant.namespace_id,),
-        )
-        == []
-    )
+    assert _orphans(database, tenant.namespace_id) == {"permits": [], "history": []}
     [s] = database.query("SELECT in_flight FROM worker_sessions WHERE public_id = %s", (session,))
     assert s["in_flight"] == ready
 
@@ -157,18 +159,4 @@ def test_claims_beside_single_submissions_grant_every_task_with_its_attempt(
         )
         == []
     )
-    assert (
-        database.query(
-            "SELECT p.attempt_id FROM permits p LEFT JOIN attempts a ON a.id = p.attempt_id"
-            " WHERE a.id IS NULL"
-        )
-        == []
-    )
-    assert (
-        database.query(
-            "SELECT h.id FROM task_history h LEFT JOIN attempts a ON a.id = h.attempt_id"
-            " WHERE h.namespace_id = %s AND h.attempt_id IS NOT NULL AND a.id IS NULL",
-            (tenant.namespace_id,),
-        )
-        == []
-    )
+    assert _orphans(database, tenant.namespace_id) == {"permits": [], "history": []}
