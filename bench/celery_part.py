@@ -284,6 +284,8 @@ def _print(setting: str, r: dict) -> None:
         f"{o['one_per_call']['cpu_ms_per_task']:.2f} / Celery "
         f"{c['one_per_call']['cpu_ms_per_task']:.2f} ms = {r['cpu_per_task_ratio']:.2f}x "
         f"(target <= 1.0){_carried(o['one_per_call'])}",
+        f"celery ({setting} Redis): where one task per call's CPU goes, ms a task: Orbit "
+        f"{_split(o['one_per_call'])}; the SPEC floor's whole task {_split(o['spec_floor_e2e'])}",
         f"celery ({setting} Redis): the same with Orbit's direct producer (MySQL): "
         f"{o['one_per_call_direct']['tasks_per_s']:,.0f} tasks/s = {r['direct_ratio']:.2f}x "
         f"(Celery {c['one_per_call_direct']['tasks_per_s']:,.0f} in the round after), "
@@ -338,13 +340,6 @@ def _print(setting: str, r: dict) -> None:
         f"{c['paced_low']['cpu_busy_pct']:.0f}% busy, {c['paced_low']['cpu_ms_per_task']:.2f} "
         f"ms a task = {r['paced_low_p50_ratio']:.2f}x{_carried(o['paced_low'])}",
     ]
-    split = (
-        f"celery ({setting} Redis): where one task per call's CPU goes, ms a task: Orbit "
-        + _split(o["one_per_call"])
-        + "; the SPEC floor's whole task "
-        + _split(o["spec_floor_e2e"])
-    )
-    lines.insert(3, split)
     for shape in ("batches", "keys1000", "hot10"):
         extra = ""
         if shape != "batches":

@@ -20,6 +20,7 @@ from measures import (
     lock_delta,
     pct,
     run_threads,
+    wait_turn,
 )
 
 from devtools import localdb
@@ -210,9 +211,8 @@ def e2e(
             for n in range(i, tasks, producers)
         ]
         for k, at in enumerate(range(0, len(mine), batch)):
-            if rate:  # this producer's k-th request, interleaved with the others' at ``rate``
-                due = started + (k * producers + i) * batch / rate
-                time.sleep(max(0.0, due - time.monotonic()))
+            if rate:
+                wait_turn(started, k, i, producers, rate, batch)
             if batch == 1:
                 c.submit_task(*mine[at])
                 continue

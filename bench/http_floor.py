@@ -43,7 +43,7 @@ import falcon  # noqa: E402
 import floor  # noqa: E402
 import spec_floor  # noqa: E402
 from e2e import start_server  # noqa: E402
-from measures import cpu_sample  # noqa: E402
+from measures import cpu_sample, wait_turn  # noqa: E402
 
 from orbit_shell import errors, validation  # noqa: E402
 from orbit_shell.cli.server import OrbitServer  # noqa: E402
@@ -250,8 +250,8 @@ def single_submissions(url: str, token: str, queue_id: str, tasks: int, producer
     def produce(i: int) -> None:
         c = connect() if connect else Client(url, token)
         for k, n in enumerate(range(i, tasks, producers)):
-            if rate:  # this thread's k-th request, interleaved with the others' at ``rate``
-                time.sleep(max(0.0, began + (k * producers + i) / rate - time.monotonic()))
+            if rate:
+                wait_turn(began, k, i, producers, rate)
             request = SubmitTaskRequest(
                 queue_id=queue_id,
                 handler="noop",

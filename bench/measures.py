@@ -138,6 +138,14 @@ def park(dsn: str, ns: int, app: int, queue: int, key: str, count: int) -> None:
     conn.close()
 
 
+def wait_turn(started: float, k: int, i: int, producers: int, rate: float, size: int = 1) -> None:
+    """Producer ``i`` of ``producers``, about to send its ``k``-th request of ``size`` tasks,
+    waits for its turn at ``rate`` tasks/s in all from ``started`` (monotonic), the requests of
+    all producers interleaved. Every paced run paces so, Orbit's and its peers' alike: their
+    submit-to-start figures compare only under the same arrivals."""
+    time.sleep(max(0.0, started + (k * producers + i) * size / rate - time.monotonic()))
+
+
 def run_threads(fn, n: int) -> None:
     threads = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
     for t in threads:

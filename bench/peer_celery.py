@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from measures import cpu_sample, pct, run_threads
+from measures import cpu_sample, pct, run_threads, wait_turn
 
 from devtools import localdb
 
@@ -157,8 +157,7 @@ def run(
             mine = list(range(i, tasks, producers))
             for k, at in enumerate(range(0, len(mine), group)):
                 if rate:
-                    due = started + (k * producers + i) * group / rate
-                    time.sleep(max(0.0, due - time.monotonic()))
+                    wait_turn(started, k, i, producers, rate, group)
                 chunk = mine[at : at + group]
                 if keys:
                     sigs = [sender.signature("keyed", (f"k{n % keys}", time.time())) for n in chunk]
