@@ -13,11 +13,12 @@
 
 CREATE TEMPORARY TABLE unattempted (
   task_id BIGINT UNSIGNED NOT NULL PRIMARY KEY COMMENT 'tasks.id of a grant without an attempt',
+  namespace_id BIGINT UNSIGNED NOT NULL COMMENT 'Its namespace (namespaces.id)',
   state VARCHAR(10) CHARACTER SET ascii COLLATE ascii_bin NOT NULL COMMENT 'Its state: LEASED or RUNNING'
 ) ENGINE=MEMORY COMMENT='The tasks this migration puts back in their queues';
 
-INSERT INTO unattempted (task_id, state)
-SELECT t.id, t.state
+INSERT INTO unattempted (task_id, namespace_id, state)
+SELECT t.id, t.namespace_id, t.state
   FROM namespaces n
   STRAIGHT_JOIN tasks t FORCE INDEX (ix_tasks_ns_state)
     ON t.namespace_id = n.id AND t.state IN ('LEASED', 'RUNNING')
@@ -26,10 +27,9 @@ SELECT t.id, t.state
 
 INSERT INTO task_history (task_id, namespace_id, attempt_id, concurrency_token, event,
                           from_state, to_state, actor, details, created_at)
-SELECT t.id, t.namespace_id, NULL, NULL, 'REQUEUED', u.state, 'WAITING', 'system:upgrade',
+SELECT task_id, namespace_id, NULL, NULL, 'REQUEUED', state, 'WAITING', 'system:upgrade',
        'granted without an attempt: back in its queue', UTC_TIMESTAMP(6)
-  FROM unattempted u STRAIGHT_JOIN tasks t ON t.id = u.task_id
- ORDER BY t.id;
+  FROM unattempted ORDER BY task_id;
 
 UPDATE unattempted u STRAIGHT_JOIN tasks t ON t.id = u.task_id
    SET t.state = 'WAITING', t.lane = IF(t.concurrency_key = '', 'READY', 'BLOCKED'),
